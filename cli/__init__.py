@@ -1,0 +1,1 @@
+"""The `vi` command line: thin typer commands that parse options and call `vi.pipelines`."""

@@ -1,0 +1,51 @@
+"""`vi probe`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vi.cli.app import app
+from vi.cli.stage import stage_command
+from vi.core.progress import log
+from vi.core.stream import Stage, StreamOptions, run_stage
+from vi.pipelines import probe
+
+
+@stage_command(
+    app, "probe",
+    summary="Turn video paths into metadata records (the first stage of every pipeline).",
+    reads="video paths as arguments, directories (searched recursively), a text list "
+          "(--list), or stdin lines that are paths or JSON records with a [cyan]video[/cyan] field.",
+    writes="[cyan]id[/cyan] (file stem unless given; collisions get a path hash), "
+           "[cyan]video[/cyan] (absolute path), [cyan]duration[/cyan], [cyan]fps[/cyan], "
+           "[cyan]width[/cyan], [cyan]height[/cyan], [cyan]has_video[/cyan], [cyan]has_audio[/cyan].",
+    example="vi probe videos/ | vi transcribe > transcripts.jsonl",
+)
+def probe_command(
+    opts: StreamOptions,
+    paths: Annotated[Optional[list[str]], typer.Argument(
+        help="Video files or directories.", show_default=False)] = None,
+    list_file: Annotated[Optional[Path], typer.Option(
+        "--list", help="A text file of paths (or JSONL records), one per line.")] = None,
+):
+    lines: list[str] = []
+    if list_file is not None:
+        lines += list_file.read_text().splitlines()
+    if opts.input is not None:
+        lines += opts.input.read_text().splitlines()
+    if not paths and list_file is None and opts.input is None:
+        if sys.stdin.isatty():
+            raise ValueError("no videos given: pass paths, a directory, --list FILE, "
+                             "or pipe paths/records on stdin")
+        lines += sys.stdin.read().splitlines()
+    records, collisions = probe.assign_ids(probe.gather(paths or [], lines))
+    for stem, clashing in collisions.items():
+        log.warning("id collision on %r: %d files, ids made unique with a path hash: %s",
+                    stem, len(clashing), ", ".join(clashing))
+    stage = Stage(probe.STAGE, writes=("duration", "fps", "width", "height", "has_video",
+                                       "has_audio"), process=probe.probe_record)
+    return run_stage(stage, records, opts, total=len(records))

@@ -1,0 +1,49 @@
+"""`vi transcribe`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from vi.cli.app import app
+from vi.cli.stage import stage_command
+from vi.core.records import read_records
+from vi.core.stream import Stage, StreamOptions, run_stage
+from vi.pipelines import transcribe
+
+
+@stage_command(
+    app, "transcribe",
+    summary="Speech to sentence-level segments with word times (WhisperX schema).",
+    reads="[cyan]video[/cyan] or [cyan]audio[/cyan] (a media path), and [cyan]has_audio[/cyan] "
+          "when vi probe set it.",
+    writes="[cyan]transcript[/cyan] = {language, segments: [{start, end, text, words: [{word, "
+           "start, end, score}]}], backend, model, word_timing}; a record without speech gets "
+           "empty segments and a [cyan]note[/cyan].",
+    example="vi probe videos/ | vi transcribe --model whisper-base | vi extract-steps",
+    models=True,
+)
+def transcribe_command(
+    opts: StreamOptions,
+    model: Annotated[str, typer.Option(
+        help="ASR model: an alias from `vi models`, a CTranslate2 model folder, or a hub id "
+             "in the local cache.")] = "whisper-tiny.en",
+    backend: Annotated[str, typer.Option(help="whisperx or faster-whisper.")] = "whisperx",
+    batch_size: Annotated[int, typer.Option(help="Audio chunks decoded together.")] = 8,
+    beam_size: Annotated[int, typer.Option(help="Beam width of the decoder.")] = 5,
+    language: Annotated[Optional[str], typer.Option(
+        help="Language code (en, de, ...); detected per video when not given.")] = None,
+    align_model: Annotated[str, typer.Option(
+        help="Word alignment: auto (whisperx's wav2vec2 model for the language when it is in "
+             "a local cache), none (Whisper's own word times), or a model alias/path/hub id.")
+    ] = "auto",
+    device: str = "auto",
+    dtype: str = "auto",
+):
+    config = transcribe.TranscribeConfig(
+        model=model, backend=backend, batch_size=batch_size, beam_size=beam_size,
+        language=language, align_model=align_model, device=device, dtype=dtype)
+    stage = Stage(transcribe.STAGE, writes=("transcript",),
+                  process=lambda record: transcribe.transcribe_record(record, config))
+    return run_stage(stage, read_records(opts.input, transcribe.STAGE), opts)

@@ -1,0 +1,190 @@
+"""The stage driver: one loop that gives every stage the record contract.
+
+A stage is a plain function from a record to the fields it adds. The driver does the rest:
+sharding, resume, passing records that already carry errors through untouched, turning a
+failure into an error record, merging the new fields after the old ones (key order kept),
+progress, the closing counts, and the exit code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from vi.core.errors import (
+    EXIT_OK,
+    EXIT_RECORDS_FAILED,
+    EXIT_STRICT_STOP,
+    RecordError,
+    SetupError,
+)
+from vi.core.progress import log, make_progress, stderr
+from vi.core.records import Record, has_errors, with_error
+from vi.core.sharding import Shard
+from vi.core.sink import open_sink
+
+Fields = dict[str, Any]
+MAX_SHOWN_FAILURES = 10  # on stderr; every failure is in the output records
+ProcessOne = Callable[[Record], Fields]
+ProcessBatch = Callable[[list[Record]], list["Fields | RecordError"]]
+
+
+@dataclass
+class StreamOptions:
+    input: Path | None = None
+    output: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    shard: Shard | None = None
+    strict: bool = False
+    quiet: bool = False
+    seed: int = 0
+
+
+@dataclass
+class Stage:
+    """What the driver needs to know about a stage.
+
+    `process` maps one record to the fields it adds; `process_batch`, when given, maps a
+    list of records to one result each (fields or a RecordError), so a stage can batch its
+    model calls across records; `batch_size` says how many records to hand it at once.
+    """
+
+    name: str
+    writes: tuple[str, ...]
+    process: ProcessOne | None = None
+    process_batch: ProcessBatch | None = None
+    batch_size: int = 1
+
+
+@dataclass
+class Report:
+    stage: str
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0  # arrived with upstream errors, passed through untouched
+    resumed: int = 0  # already complete in --output, not redone
+    stopped: bool = False  # --strict hit a failure
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)  # the first few, for stderr
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped:
+            return EXIT_STRICT_STOP
+        return EXIT_RECORDS_FAILED if self.failed else EXIT_OK
+
+    def summary(self) -> str:
+        parts = [f"{self.ok} ok", f"{self.failed} failed", f"{self.skipped} skipped"]
+        if self.resumed:
+            parts.append(f"{self.resumed} already done (resume)")
+        tail = " (stopped at the first failure: --strict)" if self.stopped else ""
+        return f"vi {self.stage}: " + ", ".join(parts) + f" in {self.seconds:.1f}s" + tail
+
+
+def merge(record: Record, added: Fields) -> Record:
+    """Old fields first in their order, then the stage's; a re-run replaces its own in place."""
+    out = dict(record)
+    out.update(added)
+    return out
+
+
+def _in_scope(records: Iterable[Record], opts: StreamOptions, done: set[str], report: Report
+              ) -> Iterator[Record]:
+    for record in records:
+        if opts.shard is not None and not opts.shard.contains(record["id"]):
+            continue
+        if str(record["id"]) in done:
+            report.resumed += 1
+            continue
+        yield record
+
+
+def _batches(records: Iterator[Record], size: int) -> Iterator[list[Record]]:
+    batch: list[Record] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _results(stage: Stage, batch: list[Record]) -> list[Fields | Exception]:
+    todo = [r for r in batch if not has_errors(r)]
+    results: list[Fields | Exception] = []
+    if stage.process_batch is not None and todo:
+        try:
+            results = list(stage.process_batch(todo))
+        except SetupError:
+            raise
+        except Exception as exc:  # a failure of the whole batch fails each of its records
+            results = [exc] * len(todo)
+    elif stage.process is not None:
+        for record in todo:
+            try:
+                results.append(stage.process(record))
+            except SetupError:
+                raise
+            except Exception as exc:
+                results.append(exc)
+    it = iter(results)
+    return [None if has_errors(r) else next(it) for r in batch]  # type: ignore[misc]
+
+
+def _as_error(record: Record, stage: str, exc: Exception) -> Record:
+    if isinstance(exc, RecordError):
+        return with_error(record, stage, exc.kind, exc.message)
+    log.debug("record %s failed", record.get("id"), exc_info=exc)
+    return with_error(record, stage, "internal", f"{type(exc).__name__}: {exc}")
+
+
+def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
+              total: int | None = None) -> Report:
+    """Run `stage` over `records` under the record contract; return the counts."""
+    report = Report(stage=stage.name)
+    sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
+    done = getattr(sink, "done_ids", set())
+    if done:
+        log.info("resume: %d records already complete in %s", len(done), opts.output)
+    start = time.perf_counter()
+    progress = make_progress(opts.quiet)
+    try:
+        with progress:
+            task = progress.add_task(stage.name, total=total)
+            scoped = _in_scope(records, opts, done, report)
+            for batch in _batches(scoped, max(1, stage.batch_size)):
+                for record, result in zip(batch, _results(stage, batch)):
+                    if result is None:
+                        out, report.skipped = record, report.skipped + 1
+                    elif isinstance(result, Exception):
+                        out = _as_error(record, stage.name, result)
+                        report.failed += 1
+                        if len(report.failures) < MAX_SHOWN_FAILURES:
+                            report.failures.append(f"{record['id']}: {out['errors'][-1]['message']}")
+                    else:
+                        out = merge(record, result)
+                        report.ok += 1
+                    sink.write(out)
+                    progress.advance(task)
+                    if opts.strict and isinstance(result, Exception):
+                        report.stopped = True
+                        break
+                if report.stopped:
+                    break
+    finally:
+        sink.close()
+        report.seconds = time.perf_counter() - start
+    for line in report.failures:
+        stderr.print(f"[red]failed[/red] {escape(line)}", highlight=False)
+    if report.failed > len(report.failures):
+        stderr.print(f"... and {report.failed - len(report.failures)} more (see 'errors' in the output)",
+                     highlight=False)
+    stderr.print(report.summary(), highlight=False)
+    return report

@@ -1,0 +1,127 @@
+"""The bundled narrated how-to sample, made here rather than shipped.
+
+Each sentence is synthesised separately with espeak-ng and placed on a timeline with known
+gaps, so the ground truth (what is said, from when to when) is exact: tests check
+transcription against it, and later stages check step extraction and frame alignment.
+Each sentence has its own still image, so the picture changes with the step.
+
+    python -m vi.evaluation.samples OUTDIR      # writes OUTDIR/tea.mp4 and OUTDIR/tea.json
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TEA_SCRIPT = (
+    "Today I will show you how to make a cup of tea.",
+    "First, fill the kettle with fresh water and switch it on.",
+    "While the water heats, put a tea bag into a mug.",
+    "Pour the boiling water over the tea bag.",
+    "Let the tea steep for three minutes, then remove the bag.",
+    "Add a splash of milk and stir.",
+    "Your tea is ready to enjoy.",
+)
+GAP_S = 0.8  # silence between sentences, and before the first
+RATE = 22_050  # espeak-ng's native rate
+COLOURS = ((200, 60, 60), (60, 160, 60), (60, 90, 200), (200, 170, 40), (150, 60, 170),
+           (40, 170, 170), (120, 120, 120))
+
+
+@dataclass
+class Sentence:
+    text: str
+    start: float
+    end: float
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise SystemExit(f"{tool} is needed to make the sample: apt-get install "
+                         f"{'ffmpeg' if tool.startswith('ff') else tool} (or run make install as root)")
+    return path
+
+
+def speak(text: str, path: Path, voice: str = "en-us", wpm: int = 140) -> np.ndarray:
+    subprocess.run([_need("espeak-ng"), "-v", voice, "-s", str(wpm), "-w", str(path), text],
+                   check=True, capture_output=True)
+    with wave.open(str(path)) as handle:
+        assert handle.getframerate() == RATE and handle.getnchannels() == 1
+        return np.frombuffer(handle.readframes(handle.getnframes()), np.int16)
+
+
+def _trim(samples: np.ndarray, threshold: int = 200) -> np.ndarray:
+    """espeak pads with silence; trim it so sentence times are the speech itself."""
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > threshold)
+    return samples[loud[0]: loud[-1] + 1] if loud.size else samples
+
+
+def _still(path: Path, index: int, text: str, size=(640, 360)) -> None:
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", size, COLOURS[index % len(COLOURS)])
+    draw = ImageDraw.Draw(image)
+    draw.rectangle([40, 40, size[0] - 40, size[1] - 40], outline=(255, 255, 255), width=6)
+    draw.text((60, 60), f"Step {index}", fill=(255, 255, 255))
+    draw.text((60, 100), text, fill=(255, 255, 255))
+    image.save(path)
+
+
+def make_narrated_video(out_dir: Path, name: str, script: tuple[str, ...], fps: int = 10
+                        ) -> tuple[Path, list[Sentence]]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / f".{name}-parts"
+    work.mkdir(exist_ok=True)
+    gap = np.zeros(int(GAP_S * RATE), np.int16)
+    audio, sentences, cursor = [gap], [], GAP_S
+    for i, text in enumerate(script):
+        samples = _trim(speak(text, work / f"s{i}.wav"))
+        sentences.append(Sentence(text, round(cursor, 3), round(cursor + len(samples) / RATE, 3)))
+        audio += [samples, gap]
+        cursor += (len(samples) + len(gap)) / RATE
+    wav = work / "narration.wav"
+    with wave.open(str(wav), "wb") as handle:
+        handle.setnchannels(1), handle.setsampwidth(2), handle.setframerate(RATE)
+        handle.writeframes(np.concatenate(audio).tobytes())
+    # One still per sentence, shown from the end of the previous sentence to its own end.
+    concat = work / "frames.txt"
+    lines, shown_until = [], 0.0
+    for i, sentence in enumerate(sentences):
+        _still(work / f"f{i}.png", i, sentence.text)
+        until = sentence.end if i < len(sentences) - 1 else cursor
+        lines += [f"file 'f{i}.png'", f"duration {until - shown_until:.3f}"]
+        shown_until = until
+    lines.append(f"file 'f{len(sentences) - 1}.png'")  # concat demuxer needs the last twice
+    concat.write_text("\n".join(lines) + "\n")
+    video = out_dir / f"{name}.mp4"
+    subprocess.run([_need("ffmpeg"), "-y", "-v", "error", "-f", "concat", "-safe", "0",
+                    "-i", str(concat), "-i", str(wav), "-r", str(fps), "-c:v", "libx264",
+                    "-preset", "veryfast", "-threads", "1", "-pix_fmt", "yuv420p",
+                    "-c:a", "aac", "-b:a", "64k", "-shortest", str(video)], check=True)
+    shutil.rmtree(work)
+    return video, sentences
+
+
+def make_tea_sample(out_dir: Path) -> Path:
+    """Write OUTDIR/tea.mp4 and its ground truth OUTDIR/tea.json; reuse them if present."""
+    video, truth = out_dir / "tea.mp4", out_dir / "tea.json"
+    if video.exists() and truth.exists():
+        return video
+    video, sentences = make_narrated_video(out_dir, "tea", TEA_SCRIPT)
+    truth.write_text(json.dumps({
+        "video": video.name, "title": "How to make a cup of tea",
+        "sentences": [s.__dict__ for s in sentences]}, indent=2) + "\n")
+    return video
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "out/sample")
+    print(make_tea_sample(target))

@@ -1,0 +1,278 @@
+"""`vi transcribe`: speech to sentence-level segments with word times (WhisperX schema).
+
+Backends:
+- whisperx (default): VAD (whisperx's bundled pyannote model, offline), batched decoding,
+  then word times from a wav2vec2 alignment model when one is available locally; otherwise
+  from Whisper's own cross-attention (faster-whisper's DTW alignment) computed on the
+  encoder output each batch already produced, so word timing costs no second encoder pass.
+- faster-whisper: sequential (or batched) decoding with word_timestamps=True.
+Both end in sentence-level segments: see `vi.pipelines.sentences`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vi.core import media
+from vi.core.devices import Placement, resolve_placement
+from vi.core.errors import RecordError, SetupError
+from vi.core.models import load_once, resolve_model
+from vi.core.progress import log
+from vi.pipelines.sentences import split_sentences
+
+STAGE = "transcribe"
+BACKENDS = ("whisperx", "faster-whisper")
+HOP = 160  # audio samples per mel frame at 16 kHz
+MIN_SPEECH_RMS = 1e-4  # below this the track is digital silence: nothing to decode
+
+
+@dataclass(frozen=True)
+class TranscribeConfig:
+    model: str = "whisper-tiny.en"
+    backend: str = "whisperx"
+    batch_size: int = 8
+    beam_size: int = 5
+    language: str | None = None
+    align_model: str = "auto"  # auto | none | alias, path or hub id of a wav2vec2 CTC model
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int = field(default_factory=lambda: min(8, os.cpu_count() or 1))
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.batch_size < 1:
+            raise ValueError("--batch-size must be at least 1")
+
+
+class _RecordingGenerate:
+    """Wraps CTranslate2's Whisper so each `generate` result (the tokens) stays readable."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.last = None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def generate(self, *args, **kwargs):
+        self.last = self._inner.generate(*args, **kwargs)
+        return self.last
+
+
+def _timed_model_class():
+    from whisperx.asr import WhisperModel
+
+    class TimedWhisperModel(WhisperModel):
+        """whisperx's batched model, plus word times from each batch's own encoder output."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.model = _RecordingGenerate(self.model)
+            self.chunk_frames: deque[int] = deque()  # content length of each chunk, in order
+            self.chunk_words: list[list[dict]] = []  # words per chunk, times from chunk start
+            self._encoded = None
+
+        def encode(self, features):
+            self._encoded = super().encode(features)
+            return self._encoded
+
+        def generate_segment_batched(self, features, tokenizer, options, encoder_output=None):
+            out = super().generate_segment_batched(features, tokenizer, options, encoder_output)
+            batch = features.shape[0] if features.ndim == 3 else 1
+            frames = [self.chunk_frames.popleft() for _ in range(batch)]
+            tokens = [[t for t in r.sequences_ids[0] if t < tokenizer.eot] for r in self.model.last]
+            words: list[list[dict]] = [[] for _ in range(batch)]
+            keep = [i for i in range(batch) if tokens[i]]
+            if keep:
+                segments = [[{"tokens": tokens[i], "seek": 0, "start": 0.0,
+                              "end": frames[i] / self.frames_per_second}] for i in range(batch)]
+                self.add_word_timestamps(segments, tokenizer, self._encoded, max(frames),
+                                         options.prepend_punctuations,
+                                         options.append_punctuations, 0.0)
+                for i in keep:
+                    words[i] = segments[i][0].get("words", [])
+            self.chunk_words.extend(words)
+            return out
+
+    return TimedWhisperModel
+
+
+def _load_whisperx(config: TranscribeConfig, placement: Placement):
+    import whisperx
+
+    path = str(resolve_model(config.model, role="asr"))
+    model = _timed_model_class()(path, device=placement.kind, device_index=placement.index,
+                                 compute_type=placement.ctranslate2_compute_type(),
+                                 cpu_threads=config.threads, local_files_only=True)
+    language = config.language or (None if model.model.is_multilingual else "en")
+    pipe = whisperx.load_model(path, device=placement.kind, device_index=placement.index,
+                               compute_type=placement.ctranslate2_compute_type(),
+                               language=language, vad_method="pyannote", model=model,
+                               asr_options={"beam_size": config.beam_size},
+                               local_files_only=True, threads=config.threads)
+    preprocess = pipe.preprocess
+
+    def preprocess_and_measure(inputs):  # chunks are preprocessed in order (num_workers=0)
+        model.chunk_frames.append(min(3000, -(-len(inputs["inputs"]) // HOP)))
+        return preprocess(inputs)
+
+    pipe.preprocess = preprocess_and_measure
+    return pipe
+
+
+def _load_faster_whisper(config: TranscribeConfig, placement: Placement):
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    path = str(resolve_model(config.model, role="asr"))
+    model = WhisperModel(path, device=placement.kind, device_index=placement.index,
+                         compute_type=placement.ctranslate2_compute_type(),
+                         cpu_threads=config.threads, local_files_only=True)
+    return model, BatchedInferencePipeline(model)
+
+
+def _align_model_path(config: TranscribeConfig, language: str) -> str | None:
+    """The local wav2vec2 model for `language`, or None (then words come from Whisper)."""
+    if config.align_model == "none":
+        return None
+    if config.align_model != "auto":
+        return str(resolve_model(config.align_model))
+    from whisperx.alignment import DEFAULT_ALIGN_MODELS_HF, DEFAULT_ALIGN_MODELS_TORCH
+
+    if language in DEFAULT_ALIGN_MODELS_TORCH:
+        import torch
+        import torchaudio
+
+        bundle = getattr(torchaudio.pipelines, DEFAULT_ALIGN_MODELS_TORCH[language])
+        cached = os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(bundle._path))
+        return DEFAULT_ALIGN_MODELS_TORCH[language] if os.path.exists(cached) else None
+    if language in DEFAULT_ALIGN_MODELS_HF:
+        from vi.core.models.sources import hub_snapshot
+
+        found = hub_snapshot(DEFAULT_ALIGN_MODELS_HF[language])
+        return str(found) if found else None
+    return None
+
+
+def _load_aligner(config: TranscribeConfig, placement: Placement, language: str):
+    name = _align_model_path(config, language)
+    if name is None:
+        return None
+    import whisperx
+
+    model, metadata = whisperx.load_align_model(language, placement.kind, model_name=name)
+    return model, metadata, name
+
+
+def _words(raw: list[dict], offset: float = 0.0) -> list[dict]:
+    out = []
+    for w in raw:
+        text = str(w.get("word", "")).strip()
+        if not text:
+            continue
+        start, end = w.get("start"), w.get("end")
+        if start is None or end is None:  # unalignable token (a numeral): borrow a neighbour
+            start = end = out[-1]["end"] if out else offset
+        else:
+            start, end = start + offset, end + offset
+        score = w.get("probability", w.get("score"))
+        out.append({"word": text, "start": round(float(start), 3), "end": round(float(end), 3),
+                    "score": None if score is None else round(float(score), 4)})
+    return out
+
+
+class Transcriber:
+    """One loaded backend; `__call__` turns 16 kHz audio into the transcript field."""
+
+    def __init__(self, config: TranscribeConfig):
+        self.config = config
+        self.placement = resolve_placement(config.device, config.dtype, quantized_ok=True)
+        loader = _load_whisperx if config.backend == "whisperx" else _load_faster_whisper
+        try:
+            self.engine = loader(config, self.placement)
+        except SetupError:
+            raise
+        except Exception as exc:  # a corrupt model folder, a missing CUDA library, ...
+            raise SetupError(f"could not load ASR model {config.model!r} with the "
+                             f"{config.backend} backend: {type(exc).__name__}: {exc}") from exc
+        log.info("transcribe: %s (%s) on %s/%s", config.model, config.backend,
+                 self.placement.device, self.placement.dtype)
+
+    def __call__(self, audio: np.ndarray) -> dict:
+        if self.config.backend == "whisperx":
+            language, segments, timing = self._whisperx(audio)
+        else:
+            language, segments, timing = self._faster_whisper(audio)
+        result = {"language": language, "segments": segments, "backend": self.config.backend,
+                  "model": self.config.model, "word_timing": timing}
+        if not segments:
+            result["note"] = "no speech detected"
+        return result
+
+    def _whisperx(self, audio: np.ndarray):
+        pipe = self.engine
+        pipe.model.chunk_frames.clear()
+        pipe.model.chunk_words = []
+        out = pipe.transcribe(audio, batch_size=self.config.batch_size,
+                              language=self.config.language, num_workers=0)
+        language, chunks = out["language"], out["segments"]
+        aligner = load_once(("align", self.config, language),
+                            lambda: _load_aligner(self.config, self.placement, language))
+        if aligner is not None and chunks:
+            import whisperx
+
+            model, metadata, name = aligner
+            aligned = whisperx.align(chunks, model, metadata, audio, self.placement.kind,
+                                     return_char_alignments=False)
+            segments = []
+            for seg in aligned["segments"]:
+                words = _words(seg.get("words", []), 0.0)
+                if words:
+                    segments.append({"start": words[0]["start"], "end": words[-1]["end"],
+                                     "text": str(seg["text"]).strip(), "words": words})
+            return language, segments, f"wav2vec2 alignment ({name})"
+        words = [w for chunk, raw in zip(chunks, pipe.model.chunk_words)
+                 for w in _words(raw, chunk["start"])]
+        return language, split_sentences(words), "whisper cross-attention (faster-whisper DTW)"
+
+    def _faster_whisper(self, audio: np.ndarray):
+        model, batched = self.engine
+        language = self.config.language or (None if model.model.is_multilingual else "en")
+        options = dict(language=language, beam_size=self.config.beam_size, word_timestamps=True,
+                       vad_filter=True)
+        if self.config.batch_size > 1:
+            segments, info = batched.transcribe(audio, batch_size=self.config.batch_size, **options)
+        else:
+            segments, info = model.transcribe(audio, **options)
+        words = [w for seg in segments for w in _words([x._asdict() for x in seg.words or []])]
+        return info.language, split_sentences(words), "whisper cross-attention (faster-whisper DTW)"
+
+
+def audio_source(record: dict) -> str:
+    for key in ("audio", "video"):
+        if isinstance(record.get(key), str) and record[key]:
+            return record[key]
+    raise RecordError("missing_field", "record has neither 'video' nor 'audio'; "
+                      "run vi probe first or add the media path")
+
+
+def empty_transcript(note: str) -> dict:
+    return {"transcript": {"language": None, "segments": [], "note": note}}
+
+
+def transcribe_record(record: dict, config: TranscribeConfig) -> dict:
+    path = audio_source(record)
+    has_audio = record.get("has_audio")
+    if has_audio is None:
+        has_audio = media.probe(path).has_audio
+    if not has_audio:
+        return empty_transcript("no audio track")
+    audio = media.read_audio(path)
+    if audio.size == 0 or float(np.sqrt(np.mean(audio.astype(np.float64) ** 2))) < MIN_SPEECH_RMS:
+        return empty_transcript("audio is silent")
+    transcriber = load_once(("transcriber", config), lambda: Transcriber(config))
+    return {"transcript": transcriber(audio)}

@@ -1,0 +1,85 @@
+"""Shared fixtures: the `vi` command, the narrated sample, and broken media made from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+BIN = Path(sys.executable).parent
+VI = str(BIN / "vi")
+
+
+def run_vi(*args: str, stdin: str | None = None, env: dict | None = None, check: bool = False,
+           timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    done = subprocess.run([VI, *args], input=stdin, capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"vi {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done
+
+
+def jsonl(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def shared(*parts: str) -> Path:
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared test material lives beside the repository")
+    return path
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run(["ffmpeg", "-y", "-v", "error", *args], check=True)
+
+
+@pytest.fixture(scope="session")
+def sample_dir(tmp_path_factory) -> Path:
+    from vi.evaluation.samples import make_tea_sample
+
+    out = tmp_path_factory.mktemp("sample")
+    make_tea_sample(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tea(sample_dir) -> Path:
+    return sample_dir / "tea.mp4"
+
+
+@pytest.fixture(scope="session")
+def tea_truth(sample_dir) -> dict:
+    return json.loads((sample_dir / "tea.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def broken_media(tea, tmp_path_factory) -> dict[str, Path]:
+    """Real faults: an empty file, a cut-off download, a video without audio, silence."""
+    out = tmp_path_factory.mktemp("broken")
+    empty = out / "empty.mp4"
+    empty.write_bytes(b"")
+    truncated = out / "truncated.mp4"
+    data = tea.read_bytes()
+    truncated.write_bytes(data[: len(data) // 3])
+    no_audio = out / "no_audio.mp4"
+    ffmpeg("-i", str(tea), "-an", "-c:v", "copy", str(no_audio))
+    silent = out / "silent.mp4"
+    ffmpeg("-i", str(tea), "-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono", "-map", "0:v",
+           "-map", "1:a", "-c:v", "copy", "-c:a", "aac", "-shortest", str(silent))
+    return {"empty": empty, "truncated": truncated, "no_audio": no_audio, "silent": silent,
+            "missing": out / "does_not_exist.mp4"}
+
+
+@pytest.fixture()
+def no_tools_needed():
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is not installed (make install installs it)")
