@@ -11,6 +11,7 @@ Both end in sentence-level segments: see `vi.pipelines.sentences`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -104,6 +105,10 @@ def _timed_model_class():
 
 def _load_whisperx(config: TranscribeConfig, placement: Placement):
     import whisperx
+
+    # whisperx logs every VAD pass at INFO; keep that for --verbose.
+    logging.getLogger("whisperx").setLevel(
+        logging.INFO if log.isEnabledFor(logging.DEBUG) else logging.WARNING)
 
     path = str(resolve_model(config.model, role="asr"))
     model = _timed_model_class()(path, device=placement.kind, device_index=placement.index,

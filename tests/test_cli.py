@@ -1,0 +1,79 @@
+"""The command line as a user meets it: help, completion, exit codes, stdout purity."""
+
+import json
+import os
+import sys
+
+from conftest import VI, jsonl, run_vi
+
+
+def test_help_lists_every_stage_with_a_description():
+    out = run_vi("--help", check=True).stdout
+    for command in ("probe", "transcribe", "models"):
+        assert command in out
+    assert "metadata records" in out and "sentence-level segments" in out
+
+
+def test_each_stage_help_says_what_it_reads_writes_and_an_example():
+    for stage in ("probe", "transcribe"):
+        out = run_vi(stage, "--help", check=True).stdout
+        assert "Reads:" in out and "Writes:" in out and "Example:" in out
+        for option in ("--input", "--output", "--resume", "--shard", "--strict", "--seed"):
+            assert option in out
+    assert "--device" in run_vi("transcribe", "--help").stdout
+
+
+def test_python_dash_m_vi_is_the_same_app():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "vi", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("vi ")
+
+
+def test_shell_completion_completes_stage_names():
+    env = {"_VI_COMPLETE": "complete_bash", "COMP_WORDS": "vi tra", "COMP_CWORD": "1"}
+    out = run_vi(env=env).stdout
+    assert "transcribe" in out and "probe" not in out
+
+
+def test_usage_errors_exit_2_with_a_message(tmp_path):
+    done = run_vi("probe", "--shard", "9/4", str(tmp_path))
+    assert done.returncode == 2 and "--shard" in done.stderr
+    assert done.stdout == ""
+    done = run_vi("transcribe", "--resume", stdin="")
+    assert done.returncode == 2 and "--output" in done.stderr
+
+
+def test_unknown_model_is_a_setup_error_naming_it(tea):
+    record = json.dumps({"id": "tea", "video": str(tea), "has_audio": True})
+    done = run_vi("transcribe", "--model", "no-such-model", stdin=record + "\n")
+    assert done.returncode == 5
+    assert "no-such-model" in done.stderr and "vi models" in done.stderr
+
+
+def test_typo_of_a_command_is_not_sent_to_the_editor():
+    done = run_vi("transcrib")
+    assert done.returncode == 2 and "No such command" in done.stderr
+
+
+def test_a_file_argument_is_handed_to_the_real_vi_editor(tmp_path):
+    # git runs `vi .git/COMMIT_EDITMSG` when EDITOR is unset: inside a venv that is us.
+    fake_editor_dir = tmp_path / "bin"
+    fake_editor_dir.mkdir()
+    editor = fake_editor_dir / "vi"
+    editor.write_text("#!/bin/sh\necho \"editor got $1\"\n")
+    editor.chmod(0o755)
+    message = tmp_path / "COMMIT_EDITMSG"
+    message.write_text("msg\n")
+    path = f"{os.path.dirname(VI)}{os.pathsep}{fake_editor_dir}{os.pathsep}{os.environ['PATH']}"
+    done = run_vi(str(message), env={"PATH": path})
+    assert done.stdout.strip() == f"editor got {message}"
+
+
+def test_stdout_carries_only_jsonl_even_when_libraries_print(tea):
+    # whisperx logs to stdout; the stage must keep that off the record stream.
+    records = run_vi("probe", str(tea), check=True).stdout
+    done = run_vi("transcribe", "--verbose", stdin=records)
+    assert done.returncode == 0, done.stderr
+    assert len(jsonl(done.stdout)) == 1
+    assert "voice activity" in done.stderr.lower() or "transcribe" in done.stderr
