@@ -23,7 +23,8 @@ from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError, SetupError
 from vi.core.models import load_once, resolve_model
 from vi.core.progress import log
-from vi.pipelines.sentences import split_sentences
+from vi.core.models.sources import cache_dir
+from vi.pipelines.sentences import ABBREVIATIONS, split_sentences
 
 STAGE = "transcribe"
 BACKENDS = ("whisperx", "faster-whisper")
@@ -163,13 +164,46 @@ def _align_model_path(config: TranscribeConfig, language: str) -> str | None:
     return None
 
 
+def _ensure_punkt(language: str) -> None:
+    """whisperx.align splits sentences with NLTK's punkt_tab data, which NLTK downloads.
+
+    Offline that download fails on every record, so when the data is missing vi writes a
+    minimal Punkt model (its own abbreviation list, no learned statistics) into its cache
+    and puts that on NLTK's search path. The full model, where a user has it, wins.
+    """
+    import nltk
+    from whisperx.alignment import PUNKT_LANGUAGES
+
+    lang = PUNKT_LANGUAGES.get(language, "english")
+    try:
+        nltk.data.find(f"tokenizers/punkt_tab/{lang}/")
+        return
+    except LookupError:
+        pass
+    root = cache_dir().parent / "nltk_data"
+    folder = root / "tokenizers" / "punkt_tab" / lang
+    if not (folder / "abbrev_types.txt").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        abbreviations = sorted(a.rstrip(".") for a in ABBREVIATIONS)
+        (folder / "abbrev_types.txt").write_text("\n".join(abbreviations) + "\n")
+        for name in ("collocations.tab", "sent_starters.txt", "ortho_context.tab"):
+            (folder / name).write_text("")
+    if str(root) not in nltk.data.path:
+        nltk.data.path.append(str(root))
+    log.warning("NLTK's punkt_tab data is not installed: whisperx alignment splits sentences "
+                "with vi's minimal Punkt model; run nltk.download('punkt_tab') on a machine "
+                "with internet for the full one")
+
+
 def _load_aligner(config: TranscribeConfig, placement: Placement, language: str):
     name = _align_model_path(config, language)
     if name is None:
         return None
     import whisperx
 
-    model, metadata = whisperx.load_align_model(language, placement.kind, model_name=name)
+    _ensure_punkt(language)
+    model, metadata = whisperx.load_align_model(language, placement.kind, model_name=name,
+                                                model_cache_only=True)
     return model, metadata, name
 
 
