@@ -48,4 +48,5 @@ def probe_command(
                     stem, len(clashing), ", ".join(clashing))
     stage = Stage(probe.STAGE, writes=("duration", "fps", "width", "height", "has_video",
                                        "has_audio"), process=probe.probe_record)
-    return run_stage(stage, records, opts, total=len(records))
+    total = sum(1 for r in records if opts.shard is None or opts.shard.contains(r["id"]))
+    return run_stage(stage, records, opts, total=total)

@@ -8,7 +8,7 @@ import typer
 
 from vi.cli.app import app
 from vi.cli.stage import stage_command
-from vi.core.records import read_records
+from vi.core.records import count_in_shard, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
 from vi.pipelines import transcribe
 
@@ -27,8 +27,9 @@ from vi.pipelines import transcribe
 def transcribe_command(
     opts: StreamOptions,
     model: Annotated[str, typer.Option(
-        help="ASR model: an alias from `vi models`, a CTranslate2 model folder, or a hub id "
-             "in the local cache.")] = "whisper-tiny.en",
+        help="ASR model: an alias from `vi models`, a CTranslate2 model folder, a hub id or a "
+             "faster-whisper size name (large-v2, small.en, ...) in the local hub cache.")
+    ] = "whisper-tiny.en",
     backend: Annotated[str, typer.Option(help="whisperx or faster-whisper.")] = "whisperx",
     batch_size: Annotated[int, typer.Option(help="Audio chunks decoded together.")] = 8,
     beam_size: Annotated[int, typer.Option(help="Beam width of the decoder.")] = 5,
@@ -46,4 +47,5 @@ def transcribe_command(
         language=language, align_model=align_model, device=device, dtype=dtype)
     stage = Stage(transcribe.STAGE, writes=("transcript",),
                   process=lambda record: transcribe.transcribe_record(record, config))
-    return run_stage(stage, read_records(opts.input, transcribe.STAGE), opts)
+    return run_stage(stage, read_records(opts.input, transcribe.STAGE), opts,
+                     total=count_in_shard(opts.input, opts.shard))

@@ -94,6 +94,16 @@ def read_records(path: Path | None, stage: str) -> Iterator[Record]:
             source.close()
 
 
+def count_in_shard(path: Path | None, shard) -> int | None:
+    """How many records of FILE a run will see (for the progress bar's ETA); None for stdin."""
+    if path is None or str(path) == "-":
+        return None
+    if shard is None:
+        with open(path, "rb") as handle:
+            return sum(1 for line in handle if line.strip())
+    return sum(1 for record in read_records(path, "count") if shard.contains(record["id"]))
+
+
 def dumps(record: Record) -> str:
     """One JSONL line. NaN/inf are not JSON, so they are refused here rather than emitted."""
     return json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"

@@ -21,9 +21,9 @@ import numpy as np
 from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError, SetupError
-from vi.core.models import load_once, resolve_model
+from vi.core.models import get_spec, load_once, resolve_model
 from vi.core.progress import log
-from vi.core.models.sources import cache_dir
+from vi.core.models.sources import cache_dir, hub_path
 from vi.pipelines.sentences import ABBREVIATIONS, split_sentences
 
 STAGE = "transcribe"
@@ -104,6 +104,19 @@ def _timed_model_class():
     return TimedWhisperModel
 
 
+def asr_model_path(name: str) -> str:
+    """A vi alias, a path, a hub id, or a faster-whisper size name ("large-v2", "small.en").
+
+    Size names are what whisperx users type; they map to the Systran CTranslate2 repos and,
+    like every hub model here, are used from the local cache only.
+    """
+    from faster_whisper.utils import _MODELS
+
+    if name in _MODELS and get_spec(name) is None and not os.path.exists(name):
+        return str(hub_path(_MODELS[name], name))
+    return str(resolve_model(name, role="asr"))
+
+
 def _load_whisperx(config: TranscribeConfig, placement: Placement):
     import whisperx
 
@@ -111,7 +124,7 @@ def _load_whisperx(config: TranscribeConfig, placement: Placement):
     logging.getLogger("whisperx").setLevel(
         logging.INFO if log.isEnabledFor(logging.DEBUG) else logging.WARNING)
 
-    path = str(resolve_model(config.model, role="asr"))
+    path = asr_model_path(config.model)
     model = _timed_model_class()(path, device=placement.kind, device_index=placement.index,
                                  compute_type=placement.ctranslate2_compute_type(),
                                  cpu_threads=config.threads, local_files_only=True)
@@ -134,7 +147,7 @@ def _load_whisperx(config: TranscribeConfig, placement: Placement):
 def _load_faster_whisper(config: TranscribeConfig, placement: Placement):
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    path = str(resolve_model(config.model, role="asr"))
+    path = asr_model_path(config.model)
     model = WhisperModel(path, device=placement.kind, device_index=placement.index,
                          compute_type=placement.ctranslate2_compute_type(),
                          cpu_threads=config.threads, local_files_only=True)

@@ -77,3 +77,23 @@ def test_stdout_carries_only_jsonl_even_when_libraries_print(tea):
     assert done.returncode == 0, done.stderr
     assert len(jsonl(done.stdout)) == 1
     assert "voice activity" in done.stderr.lower() or "transcribe" in done.stderr
+
+
+def test_whisper_size_names_resolve_through_the_hub_cache_only(tea, tmp_path):
+    record = json.dumps({"id": "tea", "video": str(tea), "has_audio": True})
+    done = run_vi("transcribe", "--model", "large-v2", env={"HF_HUB_CACHE": str(tmp_path)},
+                  stdin=record + "\n", timeout=60)
+    assert done.returncode == 5
+    assert "Systran/faster-whisper-large-v2" in done.stderr and "hf download" in done.stderr
+
+
+def test_progress_total_counts_only_this_shard(tmp_path):
+    from vi.core.records import count_in_shard
+    from vi.core.sharding import Shard
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}"}) + "\n" for i in range(100)) + "\n")
+    assert count_in_shard(path, None) == 100
+    parts = [count_in_shard(path, Shard(i, 4)) for i in range(4)]
+    assert sum(parts) == 100 and all(parts)
+    assert count_in_shard(None, None) is None

@@ -46,7 +46,10 @@ def tree_digests(path: Path) -> dict[str, str]:
 
 
 def files_under(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    """Model data in the cache: the empty `.lock` that serialises joiners is not data."""
+    if not root.exists():
+        return []
+    return [p for p in root.rglob("*") if p.is_file() and p.name != ".lock"]
 
 
 # --- the embedded default models -------------------------------------------------------------
@@ -56,7 +59,10 @@ def _is_ctranslate2_folder(path: Path) -> bool:
 
 
 def _is_gguf(path: Path) -> bool:
-    return path.is_file() and path.read_bytes()[:4] == b"GGUF"
+    if not path.is_file():
+        return False
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"GGUF"
 
 
 def _is_sentence_transformers_folder(path: Path) -> bool:
@@ -220,6 +226,20 @@ def test_missing_part_is_refused_naming_the_missing_distribution(site, activate,
         resolve_model("fake-litgpt", role="llm")
 
 
+def test_missing_names_each_distribution_once(site, activate):
+    fake = FakeSplitModel(site, fake_checkpoint(), skip=(1,), companions=True)
+    activate(site)
+    assert fake.spec().missing() == ["fake-litgpt-part1"]
+
+
+def test_a_cached_join_made_under_another_pin_is_not_reused(site, activate):
+    fake = FakeSplitModel(site, fake_checkpoint())
+    activate(site)
+    fake.spec().locate("fake-litgpt")
+    with pytest.raises(ModelNotAvailable):
+        fake.spec(sha256="f" * 64).locate("fake-litgpt")
+
+
 def test_companions_are_copied_beside_the_joined_file(site, activate, vi_cache):
     fake = FakeSplitModel(site, fake_checkpoint(), companions=True)
     activate(site)
@@ -344,13 +364,6 @@ def test_two_processes_joining_at_once_both_get_the_complete_file(tmp_path, site
     assert not [p for p in (vi_cache / "fake-litgpt").iterdir() if p.name.startswith(".join-")]
 
 
-UNZIP_REPLACE_BUG = (
-    "bug in core/models/sources.py JoinedParts.locate: with unzip=True the extracted top folder "
-    "is moved with os.replace(dir, target/dir), which fails (ENOTEMPTY) when that folder is "
-    "already there: put by a concurrent process, or left by an interrupted earlier join")
-
-
-@pytest.mark.xfail(strict=True, reason=UNZIP_REPLACE_BUG)
 def test_an_interrupted_unzip_does_not_block_later_joins(site, activate, vi_cache):
     archive, members = zipped_checkpoint(top="fake-litgpt")
     fake = FakeSplitModel(site, archive)
@@ -362,7 +375,6 @@ def test_an_interrupted_unzip_does_not_block_later_joins(site, activate, vi_cach
     assert tree_digests(folder) == {name: sha256(data) for name, data in members.items()}
 
 
-@pytest.mark.xfail(strict=True, reason=UNZIP_REPLACE_BUG)
 def test_two_processes_unzipping_at_once_both_get_the_complete_folder(tmp_path, site, vi_cache):
     archive, members = zipped_checkpoint(top="fake-litgpt")
     archive_members = {name: sha256(data) for name, data in members.items()}

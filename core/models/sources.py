@@ -9,6 +9,7 @@ and checked against a pinned sha256, because the uploaders are anonymous.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -86,18 +87,32 @@ class JoinedParts:
         return all(package_file(d, s) is not None for d, s in self.parts + self.companions)
 
     def missing(self) -> list[str]:
-        return [d for d, s in self.parts + self.companions if package_file(d, s) is None]
+        needed = [d for d, s in self.parts + self.companions if package_file(d, s) is None]
+        return list(dict.fromkeys(needed))
+
+    def _is_complete(self, target: Path) -> bool:
+        # the marker holds the sha it was checked against: a changed pin means a new join
+        marker = target / ".complete"
+        return marker.exists() and marker.read_text().strip() == self.sha256
 
     def locate(self, name: str) -> Path:
         target = cache_dir() / name
-        done = target / ".complete"
-        if done.exists():
+        if self._is_complete(target):
             return self._result(target)
         missing = self.missing()
         if missing:
             raise ModelNotAvailable(f"model {name!r} needs the packages {', '.join(missing)}, "
                                     "which are not installed")
         target.mkdir(parents=True, exist_ok=True)
+        # One joiner at a time (array tasks sharing a node); the others wait, then reuse.
+        with open(target / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self._is_complete(target):
+                self._join(name, target)
+        return self._result(target)
+
+    def _join(self, name: str, target: Path) -> None:
+        (target / ".complete").unlink(missing_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".join-", dir=target))
         try:
             joined = staging / self.into
@@ -114,16 +129,21 @@ class JoinedParts:
                 with zipfile.ZipFile(joined) as archive:
                     archive.extractall(staging / "unzipped")
                 joined.unlink()
-                for item in (staging / "unzipped").iterdir():
-                    os.replace(item, target / item.name)
+                ready = list((staging / "unzipped").iterdir())
             else:
-                os.replace(joined, target / self.into)
+                ready = [joined]
             for dist, suffix in self.companions:
-                shutil.copyfile(package_file(dist, suffix), target / Path(suffix).name)  # type: ignore[arg-type]
-            done.write_text(self.sha256 + "\n")
+                companion = staging / Path(suffix).name
+                shutil.copyfile(package_file(dist, suffix), companion)  # type: ignore[arg-type]
+                ready.append(companion)
+            for item in ready:  # an interrupted earlier join may have left a stale copy
+                final = target / item.name
+                if final.is_dir():
+                    shutil.rmtree(final)
+                os.replace(item, final)
+            (target / ".complete").write_text(self.sha256 + "\n")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return self._result(target)
 
     def _result(self, target: Path) -> Path:
         if self.unzip or self.companions:

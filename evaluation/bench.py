@@ -1,0 +1,555 @@
+"""`make bench`: each vi stage against the raw library doing the same work, as ratios.
+
+    python -m vi.evaluation.bench --sample out/sample --out out/bench
+
+One run (about 4-5 minutes on 2 CPU cores) measures:
+- transcribe: vi in process, steady state (`transcribe_record` with the model loaded) and end
+  to end (the `vi transcribe` command a user runs), each against the raw whisperx
+  load_model + transcribe on the same audio, model, device and threads. vi also computes word
+  times and sentence segments, which the raw call does not: that cost is timed on its own.
+- probe: `vi probe DIR` per file against one ffprobe subprocess per file.
+- peak memory of a stage on 10 and on 1,000 records: it must not grow with the record count.
+
+The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
+vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
+shared machine) falls on both sides alike; the seconds drift with load, the ratios much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+TALK = REPO.parent / "shared" / "data" / "laion_talk" / "laion_talk.mp4"
+REPRODUCE = "make bench   (= python -m vi.evaluation.bench --sample out/sample --out out/bench)"
+TARGET_RATIO = 1.10  # vi within 10% of the raw library; memory within 10% from 10 to 1,000
+PROBE_FILES = 200
+MEMORY_COUNTS = (10, 1_000)
+ASR_MODEL = "whisper-tiny.en"
+BATCH_SIZE = 8  # vi transcribe's default, passed to the raw call too
+
+progress = Console(stderr=True, highlight=False)
+
+
+# --- timing -------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    wall: float  # seconds
+    cpu: float  # CPU seconds of this process and of the children it waited for
+
+
+def cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measure(fn: Callable[[], Any]) -> tuple[Sample, Any]:
+    cpu, start = cpu_seconds(), time.perf_counter()
+    result = fn()
+    return Sample(time.perf_counter() - start, cpu_seconds() - cpu), result
+
+
+def alternate(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[Sample]]:
+    """Run each function `repeats` times, reversing the order every round (A B, B A, ...).
+
+    Reversing cancels a steady drift in machine load and gives neither side the warm slot.
+    """
+    names = list(runs)
+    samples: dict[str, list[Sample]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            samples[name].append(measure(runs[name])[0])
+    return samples
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def walls(samples: list[Sample]) -> list[float]:
+    return [s.wall for s in samples]
+
+
+def cpus(samples: list[Sample]) -> list[float]:
+    return [s.cpu for s in samples]
+
+
+@contextmanager
+def time_spent_in(owner: Any, name: str, spent: list[float]) -> Iterator[list[float]]:
+    """Replace `owner.name` by a wrapper that appends each call's seconds to `spent`.
+
+    `owner` is an instance or a module; the original is put back on exit (an inherited
+    method by deleting the instance attribute that shadowed it).
+    """
+    original = getattr(owner, name)
+    shadowed = name in vars(owner)
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    setattr(owner, name, timed)
+    try:
+        yield spent
+    finally:
+        if shadowed:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+# --- subprocesses -------------------------------------------------------------------------
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def vi_command() -> list[str]:
+    """The `vi` console script of this interpreter's environment (what a user runs)."""
+    script = Path(sys.executable).parent / "vi"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "vi"]
+
+
+def run_checked(cmd: Sequence[str], stdin: Path | None = None, stdout: Path | None = None) -> None:
+    """Run `cmd` (stdin/stdout from/to files, or /dev/null); raise with its stderr on failure."""
+    with open(stdin or os.devnull, "rb") as source, open(stdout or os.devnull, "wb") as sink:
+        done = subprocess.run(list(cmd), stdin=source, stdout=sink, stderr=subprocess.PIPE,
+                              env=child_env(), check=False)
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-15:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n" + "\n".join(tail))
+
+
+# Run in a fresh interpreter: RUSAGE_CHILDREN's ru_maxrss is the largest child ever waited
+# for, so in the bench process itself it would report the whisper runs measured earlier.
+_PEAK_RSS_SCRIPT = """\
+import json, os, resource, subprocess, sys
+cmd, stdin = json.loads(sys.argv[1]), sys.argv[2] or os.devnull
+with open(stdin, "rb") as source:
+    done = subprocess.run(cmd, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+if done.returncode != 0:
+    sys.stderr.write(done.stderr.decode(errors="replace"))
+    sys.exit(done.returncode)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def peak_rss_kib(cmd: Sequence[str], stdin: Path | None = None) -> int:
+    """Peak resident memory (KiB, Linux's ru_maxrss unit) of `cmd` and anything it waited for."""
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS_SCRIPT, json.dumps(list(cmd)),
+                           str(stdin or "")], capture_output=True, text=True, env=child_env(),
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def make_links(target: Path, folder: Path, count: int) -> list[Path]:
+    """`count` distinct symlinks to one file: as many records, with no copies on disk."""
+    folder.mkdir(parents=True, exist_ok=True)
+    links = [folder / f"clip{i:04d}{target.suffix}" for i in range(count)]
+    for link in links:
+        link.symlink_to(target.resolve())
+    return links
+
+
+# --- the table ----------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    what: str
+    vi: float | None  # the measured side (vi; or the stage at 1,000 records)
+    baseline: float | None  # what it is compared with (raw library; or 10 records)
+    unit: str  # "s", "ms", "MiB"
+    target: float | None = None  # largest acceptable ratio, where there is one
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.vi, self.baseline)
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None or self.ratio is None:
+            return ""
+        return "ok" if self.ratio <= self.target else "over"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ratio": self.ratio, "verdict": self.verdict}
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    digits = {"s": 2, "ms": 1, "MiB": 0}.get(unit, 2)
+    return f"{value:.{digits}f} {unit}"
+
+
+def build_table(rows: list[Row]) -> Table:
+    table = Table(title="vi stages vs the raw libraries (ratio = vi / baseline)",
+                  title_justify="left")
+    for header, justify in (("measurement", "left"), ("vi", "right"), ("baseline", "right"),
+                            ("ratio", "right"), ("target", "right"), ("", "left"),
+                            ("note", "left")):
+        table.add_column(header, justify=justify)
+    colours = {"ok": "green", "over": "red"}
+    for row in rows:
+        verdict = f"[{colours[row.verdict]}]{row.verdict}[/]" if row.verdict else ""
+        table.add_row(row.what, format_value(row.vi, row.unit),
+                      format_value(row.baseline, row.unit),
+                      "-" if row.ratio is None else f"{row.ratio:.2f}x",
+                      "" if row.target is None else f"<= {row.target:.2f}", verdict, row.note)
+    return table
+
+
+# --- a. transcribe ------------------------------------------------------------------------
+
+RAW_WHISPERX_SCRIPT = """\
+import json, sys
+import whisperx
+model_path, media, threads, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+pipe = whisperx.load_model(model_path, device="cpu", compute_type="int8", language="en",
+                           vad_method="pyannote", local_files_only=True, threads=threads)
+print(json.dumps(pipe.transcribe(whisperx.load_audio(media), batch_size=batch_size)))
+"""
+
+
+def load_raw_whisperx(model_path: str, threads: int):
+    import whisperx
+
+    return whisperx.load_model(model_path, device="cpu", compute_type="int8", language="en",
+                               vad_method="pyannote", local_files_only=True, threads=threads)
+
+
+def word_count(segments: list[dict]) -> int:
+    return sum(len(str(s.get("text", "")).split()) for s in segments)
+
+
+def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
+    """Steady state: both models loaded once in this process, then alternating calls."""
+    import whisperx
+
+    from vi.core import media as vi_media
+    from vi.core.models import load_once, resolve_model
+    from vi.core.models.cache import load_counts
+    from vi.pipelines import transcribe as vi_transcribe
+
+    # device="cpu" like the raw call (auto would pick a GPU where there is one).
+    config = vi_transcribe.TranscribeConfig(align_model="none", device="cpu")
+    model_path = str(resolve_model(ASR_MODEL))
+    record = {"id": media.stem, "video": str(media), **vi_media.probe(media).as_fields()}
+
+    key = ("transcriber", config)  # the key transcribe_record loads under: it reuses this one
+    vi_load, transcriber = measure(lambda: load_once(key, lambda: vi_transcribe.Transcriber(config)))
+    raw_load, pipe = measure(lambda: load_raw_whisperx(model_path, config.threads))
+
+    def raw_call():
+        return pipe.transcribe(whisperx.load_audio(str(media)), batch_size=BATCH_SIZE)
+
+    # Word times (faster-whisper's cross-attention DTW on each batch's encoder output) and
+    # sentence re-segmentation are work the raw call does not do: time them inside vi's run.
+    timed_model = getattr(getattr(transcriber, "engine", None), "model", None)
+    if not hasattr(timed_model, "add_word_timestamps"):
+        timed_model = None
+    word_timing: list[float] = []
+    sentences: list[float] = []
+
+    def vi_call():
+        spent_words: list[float] = []
+        spent_sentences: list[float] = []
+        words_timer = (time_spent_in(timed_model, "add_word_timestamps", spent_words)
+                       if timed_model is not None else nullcontext())
+        with words_timer, time_spent_in(vi_transcribe, "split_sentences", spent_sentences):
+            out = vi_transcribe.transcribe_record(record, config)
+        word_timing.append(sum(spent_words))
+        sentences.append(sum(spent_sentences))
+        return out
+
+    progress.print("  warm-up: one call each (first calls pay one-time initialisation)")
+    vi_out = vi_transcribe.transcribe_record(record, config)
+    raw_out = raw_call()
+    progress.print(f"  {repeats} alternating timed calls each")
+    samples = alternate({"vi": vi_call, "raw": raw_call}, repeats)
+    if load_counts.get(key) != 1:
+        raise RuntimeError("transcribe_record reloaded the model: the timing includes a load")
+
+    vi_segments = vi_out["transcript"]["segments"]
+    return {
+        "config": {"model": ASR_MODEL, "model_path": model_path, "threads": config.threads,
+                   "batch_size": BATCH_SIZE, "device": "cpu", "compute_type": "int8"},
+        "load_s": {"vi": vi_load.wall, "raw": raw_load.wall},
+        "vi": [asdict(s) for s in samples["vi"]],
+        "raw": [asdict(s) for s in samples["raw"]],
+        "vi_word_timing_s": word_timing if timed_model is not None else None,
+        "vi_sentences_s": sentences,
+        "vi_word_timing_method": vi_out["transcript"].get("word_timing"),
+        "words": {"vi": word_count(vi_segments), "raw": word_count(raw_out["segments"])},
+        "segments": {"vi": len(vi_segments), "raw": len(raw_out["segments"])},
+    }
+
+
+def bench_transcribe_end_to_end(media: Path, work: Path, out: Path, repeats: int) -> dict:
+    """What a user runs: a fresh `vi transcribe` process against a fresh raw-whisperx one."""
+    from vi.core.models import resolve_model
+    from vi.pipelines.transcribe import TranscribeConfig
+
+    record = work / "record.jsonl"
+    run_checked([*vi_command(), "probe", str(media), "-q"], stdout=record)
+    threads = TranscribeConfig().threads
+    vi_cmd = [*vi_command(), "transcribe", "-q", "--device", "cpu"]
+    raw_cmd = [sys.executable, "-c", RAW_WHISPERX_SCRIPT, str(resolve_model(ASR_MODEL)),
+               str(media), str(threads), str(BATCH_SIZE)]
+    vi_out, raw_out = out / "e2e_vi_transcript.jsonl", out / "e2e_raw_whisperx.json"
+    samples = alternate({"vi": lambda: run_checked(vi_cmd, stdin=record, stdout=vi_out),
+                         "raw": lambda: run_checked(raw_cmd, stdout=raw_out)}, repeats)
+    transcript = json.loads(vi_out.read_text().splitlines()[0])["transcript"]
+    raw_segments = json.loads(raw_out.read_text())["segments"]
+    return {
+        "vi_command": " ".join(vi_cmd) + f" < {record.name}",
+        "raw_command": "python -c RAW_WHISPERX_SCRIPT (whisperx.load_model + transcribe)",
+        "vi": [asdict(s) for s in samples["vi"]],
+        "raw": [asdict(s) for s in samples["raw"]],
+        "vi_word_timing_method": transcript.get("word_timing"),
+        "words": {"vi": word_count(transcript["segments"]), "raw": word_count(raw_segments)},
+    }
+
+
+def transcribe_rows(in_process: dict, end_to_end: dict) -> list[Row]:
+    vi_s, raw_s = walls(_samples(in_process["vi"])), walls(_samples(in_process["raw"]))
+    rows = [
+        Row("transcribe, in process, steady state", median(vi_s), median(raw_s), "s",
+            TARGET_RATIO, f"median of {len(vi_s)}; vi adds word times + sentences"),
+        Row("  same, CPU time (less sensitive to load)", median(cpus(_samples(in_process["vi"]))),
+            median(cpus(_samples(in_process["raw"]))), "s", TARGET_RATIO),
+    ]
+    word_timing = in_process["vi_word_timing_s"]
+    if word_timing is not None:
+        extra = [w + s for w, s in zip(word_timing, in_process["vi_sentences_s"])]
+        rows += [
+            Row("  of which word times + sentences", median(extra), median(raw_s), "s",
+                note=f"ratio = share of the raw time; words {median(word_timing):.2f} s, "
+                     f"sentences {median(in_process['vi_sentences_s']):.3f} s"),
+            Row("  vi without word times + sentences", median([v - e for v, e in zip(vi_s, extra)]),
+                median(raw_s), "s", TARGET_RATIO, "the same work as the raw call"),
+        ]
+    rows.append(Row("  model load (once)", in_process["load_s"]["vi"], in_process["load_s"]["raw"],
+                    "s", note="single run"))
+    e2e_vi, e2e_raw = _samples(end_to_end["vi"]), _samples(end_to_end["raw"])
+    rows += [
+        Row("transcribe, end to end (vi transcribe)", median(walls(e2e_vi)), median(walls(e2e_raw)),
+            "s", TARGET_RATIO, f"median of {len(e2e_vi)}; fresh processes: imports + load + run"),
+        Row("  same, CPU time", median(cpus(e2e_vi)), median(cpus(e2e_raw)), "s", TARGET_RATIO),
+    ]
+    return rows
+
+
+def _samples(dicts: list[dict]) -> list[Sample]:
+    return [Sample(**d) for d in dicts]
+
+
+# --- b. probe -----------------------------------------------------------------------------
+
+FFPROBE_ARGS = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
+
+
+def bench_probe(video: Path, work: Path, count: int, repeats: int) -> dict:
+    folder = work / "probe"
+    files = make_links(video, folder, count)
+    ffprobe = shutil.which("ffprobe") or "ffprobe"
+
+    def raw_probe_all():  # one ffprobe per file, its JSON read back, as any script would
+        for path in files:
+            subprocess.run([ffprobe, *FFPROBE_ARGS, str(path)], capture_output=True, check=True)
+
+    vi_cmd = [*vi_command(), "probe", str(folder), "-q"]
+    samples = alternate({"vi": lambda: run_checked(vi_cmd), "raw": raw_probe_all}, repeats)
+    return {"files": count, "vi_command": " ".join(vi_cmd) + " > /dev/null",
+            "vi": [asdict(s) for s in samples["vi"]], "raw": [asdict(s) for s in samples["raw"]]}
+
+
+def probe_rows(probe: dict) -> list[Row]:
+    per_file_ms = 1000.0 / probe["files"]
+    vi_ms = median(walls(_samples(probe["vi"]))) * per_file_ms
+    raw_ms = median(walls(_samples(probe["raw"]))) * per_file_ms
+    return [Row("probe, per file", vi_ms, raw_ms, "ms", TARGET_RATIO,
+                f"{probe['files']} files, median of {len(probe['vi'])}; raw = ffprobe subprocess")]
+
+
+# --- c. peak memory -----------------------------------------------------------------------
+
+def bench_memory(video: Path, work: Path, counts: Sequence[int] = MEMORY_COUNTS) -> dict:
+    """Peak RSS of `vi probe --list` and of `vi transcribe` (no-audio records) at each count."""
+    links = make_links(video, work / "many", max(counts))
+    result: dict[str, dict[str, int]] = {"probe": {}, "transcribe_no_audio": {}}
+    for count in counts:
+        listing, output = work / f"list{count}.txt", work / f"probed{count}.jsonl"
+        listing.write_text("".join(f"{p}\n" for p in links[:count]))
+        cmd = [*vi_command(), "probe", "--list", str(listing), "-q", "-o", str(output),
+               "--overwrite"]
+        result["probe"][str(count)] = peak_rss_kib(cmd)
+        _expect_records(output, count)
+
+        # has_audio false: the no-audio path loads no model, so this is the driver's memory.
+        records, output = work / f"no_audio{count}.jsonl", work / f"transcribed{count}.jsonl"
+        records.write_text("".join(json.dumps({"id": f"r{i}", "video": str(video),
+                                               "has_audio": False}) + "\n"
+                                   for i in range(count)))
+        cmd = [*vi_command(), "transcribe", "-q", "-o", str(output), "--overwrite"]
+        result["transcribe_no_audio"][str(count)] = peak_rss_kib(cmd, stdin=records)
+        _expect_records(output, count)
+    return {"counts": list(counts), "peak_rss_kib": result}
+
+
+def _expect_records(output: Path, count: int) -> None:
+    if count_lines(output) != count:
+        raise RuntimeError(f"{output}: expected {count} records, found {count_lines(output)}")
+
+
+def memory_rows(memory: dict) -> list[Row]:
+    low, high = (str(c) for c in memory["counts"])
+    labels = {"probe": "vi probe --list", "transcribe_no_audio": "vi transcribe (stdin, no audio)"}
+    return [Row(f"peak RSS {labels[stage]}: {int(high):,} vs {int(low):,} records",
+                by_count[high] / 1024, by_count[low] / 1024, "MiB", TARGET_RATIO,
+                f"vi = {int(high):,} records, baseline = {int(low):,}")
+            for stage, by_count in memory["peak_rss_kib"].items()]
+
+
+# --- the run ------------------------------------------------------------------------------
+
+def transcribe_input(sample: Path) -> Path:
+    """The real 123 s talk where the shared data is present, else the 27 s sample."""
+    return TALK if TALK.exists() else sample / "tea.mp4"
+
+
+def media_duration(path: Path) -> float:
+    from vi.core.media import probe
+
+    return probe(path).duration
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "load_average": list(os.getloadavg())}
+
+
+def section(title: str) -> float:
+    progress.print(f"[bold]{title}[/bold]")
+    return time.perf_counter()
+
+
+def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_repeats: int) -> dict:
+    from vi.evaluation.samples import make_tea_sample
+
+    video = make_tea_sample(sample)  # reused when `make sample` already made it
+    media = transcribe_input(sample)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"reproduce": REPRODUCE, "machine_at_start": machine(),
+                               "transcribe_input": {"path": str(media),
+                                                    "duration_s": media_duration(media)}}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="vi-bench-") as tmp:
+        work = Path(tmp)
+        t = section(f"a. transcribe in process: {media.name}")
+        results["transcribe_in_process"] = bench_transcribe_in_process(media, repeats)
+        results["transcribe_in_process"]["section_s"] = time.perf_counter() - t
+        t = section("a. transcribe end to end (fresh processes)")
+        results["transcribe_end_to_end"] = bench_transcribe_end_to_end(media, work, out,
+                                                                       e2e_repeats)
+        results["transcribe_end_to_end"]["section_s"] = time.perf_counter() - t
+        t = section(f"b. probe: {PROBE_FILES} files")
+        results["probe"] = bench_probe(video, work, PROBE_FILES, probe_repeats)
+        results["probe"]["section_s"] = time.perf_counter() - t
+        t = section(f"c. peak memory on {' and '.join(f'{c:,}' for c in MEMORY_COUNTS)} records")
+        results["memory"] = bench_memory(video, work)
+        results["memory"]["section_s"] = time.perf_counter() - t
+    results["total_s"] = time.perf_counter() - started
+    results["machine_at_end"] = machine()
+    return results
+
+
+def all_rows(results: dict) -> list[Row]:
+    return (transcribe_rows(results["transcribe_in_process"], results["transcribe_end_to_end"])
+            + probe_rows(results["probe"]) + memory_rows(results["memory"]))
+
+
+def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
+    media = results["transcribe_input"]
+    in_process = results["transcribe_in_process"]
+    console.print(f"transcribe input: {media['path']} ({media['duration_s']:.1f} s of audio); "
+                  f"{in_process['config']['model']}, {in_process['config']['threads']} threads, "
+                  f"batch {in_process['config']['batch_size']}, cpu int8; vi word times: "
+                  f"{results['transcribe_end_to_end']['vi_word_timing_method']}")
+    console.print(build_table(rows))
+    cpus_, loads = results["machine_at_start"]["cpus"], (results["machine_at_start"]["load_average"][0],
+                                                          results["machine_at_end"]["load_average"][0])
+    if max(loads) > (cpus_ or 1):
+        console.print(f"[yellow]note:[/yellow] the machine was busy (load {loads[0]:.1f} -> "
+                      f"{loads[1]:.1f} on {cpus_} CPUs): seconds are inflated; the ratios compare "
+                      "alternating runs under the same load.")
+    console.print(f"bench took {results['total_s']:.0f} s; every sample: {path}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.bench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sample", type=Path, default=Path("out/sample"),
+                        help="folder of the narrated sample (made there if missing)")
+    parser.add_argument("--out", type=Path, default=Path("out/bench"),
+                        help="folder for results.json and the transcripts")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed in-process transcribe calls per side (median)")
+    parser.add_argument("--e2e-repeats", type=int, default=2,
+                        help="end-to-end transcribe processes per side (median)")
+    parser.add_argument("--probe-repeats", type=int, default=2,
+                        help="probe passes over all files per side (median)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download: the models are embedded
+    console = Console()
+    console.print(f"reproduce: {REPRODUCE}")
+    results = run_bench(args.sample, args.out, args.repeats, args.e2e_repeats, args.probe_repeats)
+    rows = all_rows(results)
+    results["rows"] = [row.as_dict() for row in rows]
+    path = args.out / "results.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    report(results, rows, path, console)
+
+
+if __name__ == "__main__":
+    main()
