@@ -105,7 +105,7 @@ def make_narrated_video(out_dir: Path, name: str, script: tuple[str, ...], fps: 
     subprocess.run([_need("ffmpeg"), "-y", "-v", "error", "-f", "concat", "-safe", "0",
                     "-i", str(concat), "-i", str(wav), "-r", str(fps), "-c:v", "libx264",
                     "-preset", "veryfast", "-threads", "1", "-pix_fmt", "yuv420p",
-                    "-c:a", "aac", "-b:a", "64k", "-shortest", str(video)], check=True)
+                    "-c:a", "aac", "-b:a", "64k", "-t", f"{cursor:.3f}", str(video)], check=True)
     shutil.rmtree(work)
     return video, sentences
 
