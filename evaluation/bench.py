@@ -68,7 +68,8 @@ def measure(fn: Callable[[], Any]) -> tuple[Sample, Any]:
     return Sample(time.perf_counter() - start, cpu_seconds() - cpu), result
 
 
-def alternate(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[Sample]]:
+def alternate(runs: dict[str, Callable[[], Any]], repeats: int,
+              on_sample: Callable[[str, Sample], None] | None = None) -> dict[str, list[Sample]]:
     """Run each function `repeats` times, reversing the order every round (A B, B A, ...).
 
     Reversing cancels a steady drift in machine load and gives neither side the warm slot.
@@ -77,8 +78,15 @@ def alternate(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, lis
     samples: dict[str, list[Sample]] = {name: [] for name in names}
     for round_ in range(repeats):
         for name in names if round_ % 2 == 0 else names[::-1]:
-            samples[name].append(measure(runs[name])[0])
+            sample = measure(runs[name])[0]
+            samples[name].append(sample)
+            if on_sample is not None:
+                on_sample(name, sample)
     return samples
+
+
+def show_sample(name: str, sample: Sample) -> None:
+    progress.print(f"    {name}: {sample.wall:.2f} s wall, {sample.cpu:.2f} s CPU")
 
 
 def median(values: Sequence[float]) -> float:
@@ -240,10 +248,12 @@ def build_table(rows: list[Row]) -> Table:
 RAW_WHISPERX_SCRIPT = """\
 import json, sys
 import whisperx
-model_path, media, threads, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+model_path, media, threads, batch_size, out = sys.argv[1:6]
 pipe = whisperx.load_model(model_path, device="cpu", compute_type="int8", language="en",
-                           vad_method="pyannote", local_files_only=True, threads=threads)
-print(json.dumps(pipe.transcribe(whisperx.load_audio(media), batch_size=batch_size)))
+                           vad_method="pyannote", local_files_only=True, threads=int(threads))
+result = pipe.transcribe(whisperx.load_audio(media), batch_size=int(batch_size))
+with open(out, "w") as handle:  # a file: whisperx logs to stdout
+    json.dump(result, handle)
 """
 
 
@@ -302,7 +312,7 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
     vi_out = vi_transcribe.transcribe_record(record, config)
     raw_out = raw_call()
     progress.print(f"  {repeats} alternating timed calls each")
-    samples = alternate({"vi": vi_call, "raw": raw_call}, repeats)
+    samples = alternate({"vi": vi_call, "raw": raw_call}, repeats, show_sample)
     if load_counts.get(key) != 1:
         raise RuntimeError("transcribe_record reloaded the model: the timing includes a load")
 
@@ -330,11 +340,11 @@ def bench_transcribe_end_to_end(media: Path, work: Path, out: Path, repeats: int
     run_checked([*vi_command(), "probe", str(media), "-q"], stdout=record)
     threads = TranscribeConfig().threads
     vi_cmd = [*vi_command(), "transcribe", "-q", "--device", "cpu"]
-    raw_cmd = [sys.executable, "-c", RAW_WHISPERX_SCRIPT, str(resolve_model(ASR_MODEL)),
-               str(media), str(threads), str(BATCH_SIZE)]
     vi_out, raw_out = out / "e2e_vi_transcript.jsonl", out / "e2e_raw_whisperx.json"
+    raw_cmd = [sys.executable, "-c", RAW_WHISPERX_SCRIPT, str(resolve_model(ASR_MODEL)),
+               str(media), str(threads), str(BATCH_SIZE), str(raw_out)]
     samples = alternate({"vi": lambda: run_checked(vi_cmd, stdin=record, stdout=vi_out),
-                         "raw": lambda: run_checked(raw_cmd, stdout=raw_out)}, repeats)
+                         "raw": lambda: run_checked(raw_cmd)}, repeats, show_sample)
     transcript = json.loads(vi_out.read_text().splitlines()[0])["transcript"]
     raw_segments = json.loads(raw_out.read_text())["segments"]
     return {
@@ -395,7 +405,8 @@ def bench_probe(video: Path, work: Path, count: int, repeats: int) -> dict:
             subprocess.run([ffprobe, *FFPROBE_ARGS, str(path)], capture_output=True, check=True)
 
     vi_cmd = [*vi_command(), "probe", str(folder), "-q"]
-    samples = alternate({"vi": lambda: run_checked(vi_cmd), "raw": raw_probe_all}, repeats)
+    samples = alternate({"vi": lambda: run_checked(vi_cmd), "raw": raw_probe_all}, repeats,
+                        show_sample)
     return {"files": count, "vi_command": " ".join(vi_cmd) + " > /dev/null",
             "vi": [asdict(s) for s in samples["vi"]], "raw": [asdict(s) for s in samples["raw"]]}
 
@@ -465,9 +476,14 @@ def machine() -> dict:
             "platform": platform.platform(), "load_average": list(os.getloadavg())}
 
 
-def section(title: str) -> float:
+@contextmanager
+def section(title: str, results: dict, key: str) -> Iterator[None]:
+    """Print the section's title and, at its end, its seconds (also kept in results[key])."""
     progress.print(f"[bold]{title}[/bold]")
-    return time.perf_counter()
+    start = time.perf_counter()
+    yield
+    results[key]["section_s"] = seconds = time.perf_counter() - start
+    progress.print(f"  ({seconds:.0f} s)")
 
 
 def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_repeats: int) -> dict:
@@ -482,19 +498,17 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vi-bench-") as tmp:
         work = Path(tmp)
-        t = section(f"a. transcribe in process: {media.name}")
-        results["transcribe_in_process"] = bench_transcribe_in_process(media, repeats)
-        results["transcribe_in_process"]["section_s"] = time.perf_counter() - t
-        t = section("a. transcribe end to end (fresh processes)")
-        results["transcribe_end_to_end"] = bench_transcribe_end_to_end(media, work, out,
-                                                                       e2e_repeats)
-        results["transcribe_end_to_end"]["section_s"] = time.perf_counter() - t
-        t = section(f"b. probe: {PROBE_FILES} files")
-        results["probe"] = bench_probe(video, work, PROBE_FILES, probe_repeats)
-        results["probe"]["section_s"] = time.perf_counter() - t
-        t = section(f"c. peak memory on {' and '.join(f'{c:,}' for c in MEMORY_COUNTS)} records")
-        results["memory"] = bench_memory(video, work)
-        results["memory"]["section_s"] = time.perf_counter() - t
+        key = "transcribe_in_process"
+        with section(f"a. transcribe in process: {media.name}", results, key):
+            results[key] = bench_transcribe_in_process(media, repeats)
+        key = "transcribe_end_to_end"
+        with section("a. transcribe end to end (fresh processes)", results, key):
+            results[key] = bench_transcribe_end_to_end(media, work, out, e2e_repeats)
+        with section(f"b. probe: {PROBE_FILES} files", results, "probe"):
+            results["probe"] = bench_probe(video, work, PROBE_FILES, probe_repeats)
+        counts = " and ".join(f"{c:,}" for c in MEMORY_COUNTS)
+        with section(f"c. peak memory on {counts} records", results, "memory"):
+            results["memory"] = bench_memory(video, work)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -538,11 +552,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def report_console() -> Console:
+    """A console on the real stdout; fd 1 itself goes to stderr for the rest of the run.
+
+    whisperx and pyannote log to stdout; this keeps stdout to the command line and the table.
+    """
+    sys.stdout.flush()
+    stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return Console(file=stdout, width=None if stdout.isatty() else 150)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download: the models are embedded
-    console = Console()
-    console.print(f"reproduce: {REPRODUCE}")
+    console = report_console()
+    console.print(f"reproduce: {REPRODUCE}", soft_wrap=True)
     results = run_bench(args.sample, args.out, args.repeats, args.e2e_repeats, args.probe_repeats)
     rows = all_rows(results)
     results["rows"] = [row.as_dict() for row in rows]

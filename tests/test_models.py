@@ -348,7 +348,7 @@ def join_concurrently(tmp_path: Path, site: Path, spec: JoinedParts, n: int = 2)
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
     return [json.loads(out) for out, _ in outs]
 

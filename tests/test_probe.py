@@ -2,7 +2,6 @@
 
 import json
 import os
-from pathlib import Path
 
 from conftest import jsonl, run_vi
 from vi.pipelines.probe import assign_ids, gather

