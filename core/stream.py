@@ -122,6 +122,9 @@ def _results(stage: Stage, batch: list[Record]) -> list[Fields | Exception]:
     if stage.process_batch is not None and todo:
         try:
             results = list(stage.process_batch(todo))
+            if len(results) != len(todo):
+                raise RuntimeError(f"stage {stage.name} returned {len(results)} results "
+                                   f"for {len(todo)} records")
         except SetupError:
             raise
         except Exception as exc:  # a failure of the whole batch fails each of its records
@@ -134,8 +137,18 @@ def _results(stage: Stage, batch: list[Record]) -> list[Fields | Exception]:
                 raise
             except Exception as exc:
                 results.append(exc)
-    it = iter(results)
+    it = (_owned(stage, r) for r in results)
     return [None if has_errors(r) else next(it) for r in batch]  # type: ignore[misc]
+
+
+def _owned(stage: Stage, result: Fields | Exception) -> Fields | Exception:
+    """A stage may write only the fields it declares: anything else is a bug in the stage."""
+    if isinstance(result, Exception):
+        return result
+    extra = set(result) - set(stage.writes)
+    if extra:
+        return RuntimeError(f"stage {stage.name} wrote fields it does not own: {', '.join(sorted(extra))}")
+    return result
 
 
 def _as_error(record: Record, stage: str, exc: Exception) -> Record:

@@ -134,3 +134,18 @@ def test_shards_partition_the_input_exactly(tmp_path):
         assert 40 < len(out) < 105  # roughly balanced
         seen += [r["id"] for r in out]
     assert sorted(seen) == sorted(r["id"] for r in records)
+
+
+def test_a_stage_cannot_write_fields_it_does_not_own(tmp_path):
+    sneaky = Stage("sneaky", writes=("y",), process=lambda r: {"y": 1, "id": "other"})
+    report = run_stage(sneaky, [{"id": "a"}], StreamOptions(output=tmp_path / "o.jsonl", quiet=True))
+    (out,) = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert out["id"] == "a" and "y" not in out
+    assert "does not own: id" in out["errors"][0]["message"] and report.failed == 1
+
+
+def test_a_batch_stage_returning_too_few_results_fails_its_records(tmp_path):
+    short = Stage("short", writes=("y",), process_batch=lambda rs: [{"y": 1}], batch_size=2)
+    report = run_stage(short, [{"id": "a"}, {"id": "b"}],
+                       StreamOptions(output=tmp_path / "o.jsonl", quiet=True))
+    assert report.failed == 2 and report.ok == 0
