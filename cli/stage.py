@@ -20,6 +20,7 @@ from vi.core.errors import EXIT_SETUP, EXIT_USAGE, SetupError
 from vi.core.progress import setup_logging, stderr
 from vi.core.seeding import seed_everything
 from vi.core.sharding import Shard
+from vi.core.sink import claim_stdout
 from vi.core.stream import Report, StreamOptions
 
 CONTRACT_PANEL = "Record stream (every stage)"
@@ -91,6 +92,7 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
         @functools.wraps(fn)
         def command(**kwargs):
             common = {n: kwargs.pop(n) for n, _, _ in _COMMON}
+            claim_stdout()  # before any library can print: stdout is for records only
             setup_logging(common["verbose"])
             try:
                 opts = StreamOptions(

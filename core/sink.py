@@ -18,18 +18,30 @@ from pathlib import Path
 from vi.core.records import Record, dumps
 
 
-class StdoutSink:
-    """JSONL to stdout, flushed per record so a downstream stage starts at once.
+_real_stdout = None
+
+
+def claim_stdout():
+    """Reserve the process's stdout for records; everything else printed there goes to stderr.
 
     Libraries print to stdout (whisperx's logger, C++ engines writing to fd 1), which would
-    corrupt the stream. So the real stdout is kept on a private duplicate descriptor for
-    records, and fd 1 itself is pointed at stderr for the rest of the process.
+    corrupt a record stream, or clutter a terminal when records go to a file. So the real
+    stdout is kept on a private duplicate descriptor, and fd 1 itself is pointed at stderr
+    for the rest of the process. Idempotent.
     """
+    global _real_stdout
+    if _real_stdout is None:
+        sys.stdout.flush()
+        _real_stdout = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+    return _real_stdout
+
+
+class StdoutSink:
+    """JSONL to stdout, flushed per record so a downstream stage starts at once."""
 
     def __init__(self) -> None:
-        sys.stdout.flush()
-        self._out = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
+        self._out = claim_stdout()
 
     def write(self, record: Record) -> None:
         self._out.write(dumps(record).encode("utf-8", "surrogateescape"))
@@ -37,7 +49,7 @@ class StdoutSink:
 
     def close(self) -> None:
         try:
-            self._out.close()
+            self._out.flush()
         except BrokenPipeError:  # a downstream `head` closed the pipe: not our failure
             pass
 

@@ -227,7 +227,7 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def build_table(rows: list[Row]) -> Table:
-    table = Table(title="vi stages vs the raw libraries (ratio = vi / baseline)",
+    table = Table(title="vi stages vs the raw libraries: ratio = vi / baseline",
                   title_justify="left")
     for header, justify in (("measurement", "left"), ("vi", "right"), ("baseline", "right"),
                             ("ratio", "right"), ("target", "right"), ("", "left"),
@@ -282,8 +282,13 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
     model_path = str(resolve_model(ASR_MODEL))
     record = {"id": media.stem, "video": str(media), **vi_media.probe(media).as_fields()}
 
+    # An untimed load of each first pays the imports (torch, pyannote, ...) and first-load
+    # costs, so that neither timed load below includes them: whichever came first would.
+    vi_transcribe.Transcriber(config)
+    load_raw_whisperx(model_path, config.threads)
     key = ("transcriber", config)  # the key transcribe_record loads under: it reuses this one
-    vi_load, transcriber = measure(lambda: load_once(key, lambda: vi_transcribe.Transcriber(config)))
+    vi_load, transcriber = measure(
+        lambda: load_once(key, lambda: vi_transcribe.Transcriber(config)))
     raw_load, pipe = measure(lambda: load_raw_whisperx(model_path, config.threads))
 
     def raw_call():
@@ -361,7 +366,7 @@ def transcribe_rows(in_process: dict, end_to_end: dict) -> list[Row]:
     vi_s, raw_s = walls(_samples(in_process["vi"])), walls(_samples(in_process["raw"]))
     rows = [
         Row("transcribe, in process, steady state", median(vi_s), median(raw_s), "s",
-            TARGET_RATIO, f"median of {len(vi_s)}; vi adds word times + sentences"),
+            TARGET_RATIO, f"median of {len(vi_s)}; vi also makes word times + sentences"),
         Row("  same, CPU time (less sensitive to load)", median(cpus(_samples(in_process["vi"]))),
             median(cpus(_samples(in_process["raw"]))), "s", TARGET_RATIO),
     ]
@@ -370,17 +375,17 @@ def transcribe_rows(in_process: dict, end_to_end: dict) -> list[Row]:
         extra = [w + s for w, s in zip(word_timing, in_process["vi_sentences_s"])]
         rows += [
             Row("  of which word times + sentences", median(extra), median(raw_s), "s",
-                note=f"ratio = share of the raw time; words {median(word_timing):.2f} s, "
-                     f"sentences {median(in_process['vi_sentences_s']):.3f} s"),
+                note=f"ratio = share of raw time; words {median(word_timing):.2f} s, "
+                     f"sentences {median(in_process['vi_sentences_s']) * 1000:.1f} ms"),
             Row("  vi without word times + sentences", median([v - e for v, e in zip(vi_s, extra)]),
                 median(raw_s), "s", TARGET_RATIO, "the same work as the raw call"),
         ]
-    rows.append(Row("  model load (once)", in_process["load_s"]["vi"], in_process["load_s"]["raw"],
-                    "s", note="single run"))
+    rows.append(Row("  model load", in_process["load_s"]["vi"], in_process["load_s"]["raw"],
+                    "s", note="the second load of each (imports paid)"))
     e2e_vi, e2e_raw = _samples(end_to_end["vi"]), _samples(end_to_end["raw"])
     rows += [
         Row("transcribe, end to end (vi transcribe)", median(walls(e2e_vi)), median(walls(e2e_raw)),
-            "s", TARGET_RATIO, f"median of {len(e2e_vi)}; fresh processes: imports + load + run"),
+            "s", TARGET_RATIO, f"median of {len(e2e_vi)}; new processes: import, load, run"),
         Row("  same, CPU time", median(cpus(e2e_vi)), median(cpus(e2e_raw)), "s", TARGET_RATIO),
     ]
     return rows
@@ -451,10 +456,9 @@ def _expect_records(output: Path, count: int) -> None:
 
 def memory_rows(memory: dict) -> list[Row]:
     low, high = (str(c) for c in memory["counts"])
-    labels = {"probe": "vi probe --list", "transcribe_no_audio": "vi transcribe (stdin, no audio)"}
-    return [Row(f"peak RSS {labels[stage]}: {int(high):,} vs {int(low):,} records",
-                by_count[high] / 1024, by_count[low] / 1024, "MiB", TARGET_RATIO,
-                f"vi = {int(high):,} records, baseline = {int(low):,}")
+    labels = {"probe": "vi probe --list", "transcribe_no_audio": "vi transcribe, no-audio stdin"}
+    return [Row(f"peak RSS, {labels[stage]}", by_count[high] / 1024, by_count[low] / 1024, "MiB",
+                TARGET_RATIO, f"vi = {int(high):,} records, baseline = {int(low):,} records")
             for stage, by_count in memory["peak_rss_kib"].items()]
 
 
@@ -525,15 +529,21 @@ def report(results: dict, rows: list[Row], path: Path, console: Console) -> None
     console.print(f"transcribe input: {media['path']} ({media['duration_s']:.1f} s of audio); "
                   f"{in_process['config']['model']}, {in_process['config']['threads']} threads, "
                   f"batch {in_process['config']['batch_size']}, cpu int8; vi word times: "
-                  f"{results['transcribe_end_to_end']['vi_word_timing_method']}")
+                  f"{results['transcribe_end_to_end']['vi_word_timing_method']}", soft_wrap=True)
     console.print(build_table(rows))
-    cpus_, loads = results["machine_at_start"]["cpus"], (results["machine_at_start"]["load_average"][0],
-                                                          results["machine_at_end"]["load_average"][0])
-    if max(loads) > (cpus_ or 1):
-        console.print(f"[yellow]note:[/yellow] the machine was busy (load {loads[0]:.1f} -> "
-                      f"{loads[1]:.1f} on {cpus_} CPUs): seconds are inflated; the ratios compare "
-                      "alternating runs under the same load.")
-    console.print(f"bench took {results['total_s']:.0f} s; every sample: {path}")
+    note = busy_note(results["machine_at_start"], results["machine_at_end"])
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
+    console.print(f"bench took {results['total_s']:.0f} s; every sample: {path}", soft_wrap=True)
+
+
+def busy_note(start: dict, end: dict) -> str | None:
+    """A warning when other work loaded the CPUs (1-minute load average above the CPU count)."""
+    cpus_, loads = start["cpus"] or 1, (start["load_average"][0], end["load_average"][0])
+    if max(loads) <= cpus_:
+        return None
+    return (f"the machine was busy (load {loads[0]:.1f} -> {loads[1]:.1f} on {cpus_} CPUs): the "
+            "seconds are inflated; the ratios compare alternating runs under the same load")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

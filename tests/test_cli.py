@@ -70,13 +70,17 @@ def test_a_file_argument_is_handed_to_the_real_vi_editor(tmp_path):
     assert done.stdout.strip() == f"editor got {message}"
 
 
-def test_stdout_carries_only_jsonl_even_when_libraries_print(tea):
-    # whisperx logs to stdout; the stage must keep that off the record stream.
+def test_stdout_carries_only_jsonl_even_when_libraries_print(tea, tmp_path):
+    # whisperx logs to stdout; the stage must keep that off the record stream, and off the
+    # terminal's stdout when the records go to a file.
     records = run_vi("probe", str(tea), check=True).stdout
-    done = run_vi("transcribe", "--verbose", stdin=records)
+    done = run_vi("transcribe", "--verbose", stdin=records + records.replace('"tea"', '"tea2"'))
     assert done.returncode == 0, done.stderr
-    assert len(jsonl(done.stdout)) == 1
-    assert "voice activity" in done.stderr.lower() or "transcribe" in done.stderr
+    assert len(jsonl(done.stdout)) == 2
+    assert "voice activity detection" in done.stderr  # whisperx's INFO log, sent to stderr
+    to_file = run_vi("transcribe", "--verbose", "-o", str(tmp_path / "t.jsonl"), stdin=records)
+    assert to_file.returncode == 0 and to_file.stdout == ""
+    assert "voice activity detection" in to_file.stderr
 
 
 def test_whisper_size_names_resolve_through_the_hub_cache_only(tea, tmp_path):
