@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from vi.core.errors import EXIT_SETUP, EXIT_USAGE, SetupError
 from vi.core.progress import setup_logging, stderr
@@ -103,10 +104,10 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
                 seed_everything(opts.seed)
                 report = fn(opts, **kwargs)
             except SetupError as exc:
-                stderr.print(f"[red]vi {name}: cannot start:[/red] {exc}", highlight=False)
+                stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None
             except (ValueError, FileExistsError, FileNotFoundError) as exc:
-                stderr.print(f"[red]vi {name}:[/red] {exc}", highlight=False)
+                stderr.print(f"[red]vi {name}:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_USAGE) from None
             raise typer.Exit(report.exit_code if isinstance(report, Report) else int(report or 0))
 

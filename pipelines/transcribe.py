@@ -243,6 +243,8 @@ class Transcriber:
     def __init__(self, config: TranscribeConfig):
         self.config = config
         self.placement = resolve_placement(config.device, config.dtype, quantized_ok=True)
+        if config.align_model not in ("auto", "none"):
+            resolve_model(config.align_model)  # a named aligner that is missing: fail before loading
         loader = _load_whisperx if config.backend == "whisperx" else _load_faster_whisper
         try:
             self.engine = loader(config, self.placement)
