@@ -119,10 +119,15 @@ def asr_model_path(name: str) -> str:
 
 def _load_whisperx(config: TranscribeConfig, placement: Placement):
     import whisperx
+    from whisperx.log_utils import setup_logging
 
-    # whisperx logs every VAD pass at INFO; keep that for --verbose.
-    logging.getLogger("whisperx").setLevel(
-        logging.INFO if log.isEnabledFor(logging.DEBUG) else logging.WARNING)
+    # whisperx logs every VAD pass at INFO; keep that for --verbose. Its own set-up, done
+    # now, stops its first get_logger() from resetting the level later.
+    verbose = log.isEnabledFor(logging.DEBUG)
+    setup_logging(level="info" if verbose else "warning")
+    # pyannote's VAD checkpoint is "upgraded" in memory on every load: noise, not news.
+    logging.getLogger("lightning.pytorch.utilities.migration.utils").setLevel(
+        logging.INFO if verbose else logging.WARNING)
 
     path = asr_model_path(config.model)
     model = _timed_model_class()(path, device=placement.kind, device_index=placement.index,
