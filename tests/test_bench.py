@@ -8,8 +8,8 @@ import types
 import pytest
 from rich.console import Console
 
-from vi.evaluation import bench, show_transcript
-from vi.evaluation.bench import Row, Sample
+from vi.evaluation import bench, benchtools, show_transcript
+from vi.evaluation.benchtools import Row, Sample
 
 
 def render(renderable, width=200) -> str:
@@ -19,16 +19,16 @@ def render(renderable, width=200) -> str:
 
 
 def test_median_and_ratio():
-    assert bench.median([3.0, 1.0, 2.0]) == 2.0
-    assert bench.median([1.0, 4.0]) == 2.5
-    assert bench.ratio(3.0, 2.0) == 1.5
-    assert bench.ratio(1.0, 0.0) is None  # nothing to compare with: no ratio, no crash
-    assert bench.ratio(None, 2.0) is None
+    assert benchtools.median([3.0, 1.0, 2.0]) == 2.0
+    assert benchtools.median([1.0, 4.0]) == 2.5
+    assert benchtools.ratio(3.0, 2.0) == 1.5
+    assert benchtools.ratio(1.0, 0.0) is None  # nothing to compare with: no ratio, no crash
+    assert benchtools.ratio(None, 2.0) is None
 
 
 def test_alternate_reverses_the_order_every_round_and_keeps_samples_per_side():
     calls = []
-    samples = bench.alternate({"vi": lambda: calls.append("vi"),
+    samples = benchtools.alternate({"vi": lambda: calls.append("vi"),
                                "raw": lambda: calls.append("raw")}, repeats=3)
     assert calls == ["vi", "raw", "raw", "vi", "vi", "raw"]
     assert [len(samples["vi"]), len(samples["raw"])] == [3, 3]
@@ -42,7 +42,7 @@ def test_measure_times_the_call_and_counts_cpu_spent():
             total += i
         return total
 
-    sample, result = bench.measure(spin)
+    sample, result = benchtools.measure(spin)
     assert result == sum(range(2_000_000))
     assert sample.wall > 0.01 and sample.cpu > 0.01
 
@@ -52,7 +52,7 @@ def test_time_spent_in_times_each_call_and_restores_the_original():
     module.work = lambda x: x * 2
     original = module.work
     spent = []
-    with bench.time_spent_in(module, "work", spent):
+    with benchtools.time_spent_in(module, "work", spent):
         assert module.work(4) == 8 and module.work(1) == 2
     assert len(spent) == 2 and all(s >= 0 for s in spent)
     assert module.work is original
@@ -62,7 +62,7 @@ def test_time_spent_in_times_each_call_and_restores_the_original():
             return "aligned"
 
     model, spent = Model(), []
-    with bench.time_spent_in(model, "align", spent):
+    with benchtools.time_spent_in(model, "align", spent):
         assert model.align() == "aligned"
     assert len(spent) == 1
     assert "align" not in vars(model)  # the inherited method shows through again
@@ -77,7 +77,7 @@ def test_row_ratio_and_verdict_against_the_target():
 
 
 def test_table_shows_values_ratios_and_verdicts():
-    text = render(bench.build_table([
+    text = render(benchtools.build_table([
         Row("transcribe, in process", 12.0, 10.0, "s", 1.10, "median of 3"),
         Row("probe, per file", 70.25, 71.0, "ms", 1.10),
         Row("peak RSS", 60.0, 59.9, "MiB"),
@@ -89,15 +89,15 @@ def test_table_shows_values_ratios_and_verdicts():
 
 
 def test_peak_rss_sees_a_child_that_allocates_50_mb():
-    small = bench.peak_rss_kib([sys.executable, "-c", "pass"])
-    large = bench.peak_rss_kib([sys.executable, "-c", "x = bytearray(50_000_000)"])
+    small = benchtools.peak_rss_kib([sys.executable, "-c", "pass"])
+    large = benchtools.peak_rss_kib([sys.executable, "-c", "x = bytearray(50_000_000)"])
     assert small > 1_000  # an interpreter is at least a few MB
     assert large - small > 40_000  # KiB: the 48 MiB buffer shows
 
 
 def test_peak_rss_reports_a_failing_command():
     with pytest.raises(RuntimeError, match="exited 3"):
-        bench.peak_rss_kib([sys.executable, "-c", "raise SystemExit(3)"])
+        benchtools.peak_rss_kib([sys.executable, "-c", "raise SystemExit(3)"])
 
 
 def test_memory_rows_compare_many_records_with_few():
@@ -111,7 +111,7 @@ def test_memory_rows_compare_many_records_with_few():
 def test_make_links_gives_distinct_names_for_one_file(tmp_path):
     target = tmp_path / "clip.mp4"
     target.write_bytes(b"data")
-    links = bench.make_links(target, tmp_path / "links", 5)
+    links = benchtools.make_links(target, tmp_path / "links", 5)
     assert len({p.name for p in links}) == 5
     assert all(p.is_symlink() and p.read_bytes() == b"data" for p in links)
 
