@@ -290,9 +290,11 @@ class Transcriber:
             segments = []
             for seg in aligned["segments"]:
                 words = _words(seg.get("words", []), 0.0)
-                if words:
-                    segments.append({"start": words[0]["start"], "end": words[-1]["end"],
-                                     "text": str(seg["text"]).strip(), "words": words})
+                # a segment the aligner could not place keeps its text and its own times
+                start, end = (words[0]["start"], words[-1]["end"]) if words else (
+                    round(float(seg["start"]), 3), round(float(seg["end"]), 3))
+                segments.append({"start": start, "end": end, "text": str(seg["text"]).strip(),
+                                 "words": words})
             return language, segments, f"wav2vec2 alignment ({name})"
         words = [w for chunk, raw in zip(chunks, pipe.model.chunk_words)
                  for w in _words(raw, chunk["start"])]

@@ -46,8 +46,9 @@ def test_align_model_from_a_local_folder_gives_word_times_in_our_schema(tea, tin
     heard = " ".join(s["text"] for s in segments).lower()
     assert len(segments) >= 3 and "tea" in heard and "water" in heard  # whisper's text kept
     duration = out.get("duration") or 30.0
+    assert any(segment["words"] for segment in segments)
     for segment in segments:
-        assert segment["words"] and segment["text"]
+        assert segment["text"]  # kept even where the aligner placed no word
         assert 0 <= segment["start"] <= segment["end"] <= duration
         times = [(w["start"], w["end"]) for w in segment["words"]]
         assert all(start <= end for start, end in times)
