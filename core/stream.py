@@ -73,6 +73,11 @@ class Report:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # the first few, for stderr
 
+    def fail(self, record: Record) -> None:
+        self.failed += 1
+        if len(self.failures) < MAX_SHOWN_FAILURES:
+            self.failures.append(f"{record['id']}: {record['errors'][-1]['message']}")
+
     @property
     def exit_code(self) -> int:
         if self.stopped:
@@ -151,6 +156,12 @@ def _owned(stage: Stage, result: Fields | Exception) -> Fields | Exception:
     return result
 
 
+def _failed_here(record: Record, stage: Stage) -> bool:
+    """An input line this stage's own reader rejected (not JSON, no id) is its failure,
+    not an upstream one: it counts as failed and sets the exit code."""
+    return record["errors"][-1].get("stage") == stage.name
+
+
 def _as_error(record: Record, stage: str, exc: Exception) -> Record:
     if isinstance(exc, RecordError):
         return with_error(record, stage, exc.kind, exc.message)
@@ -174,19 +185,19 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
             scoped = _in_scope(records, opts, done, report)
             for batch in _batches(scoped, max(1, stage.batch_size)):
                 for record, result in zip(batch, _results(stage, batch)):
-                    if result is None:
-                        out, report.skipped = record, report.skipped + 1
+                    if result is None:  # arrived with errors: passed through untouched
+                        out, failed = record, _failed_here(record, stage)
+                        report.skipped += not failed
                     elif isinstance(result, Exception):
-                        out = _as_error(record, stage.name, result)
-                        report.failed += 1
-                        if len(report.failures) < MAX_SHOWN_FAILURES:
-                            report.failures.append(f"{record['id']}: {out['errors'][-1]['message']}")
+                        out, failed = _as_error(record, stage.name, result), True
                     else:
-                        out = merge(record, result)
+                        out, failed = merge(record, result), False
                         report.ok += 1
+                    if failed:
+                        report.fail(out)
                     sink.write(out)
                     progress.advance(task)
-                    if opts.strict and isinstance(result, Exception):
+                    if opts.strict and failed:
                         report.stopped = True
                         break
                 if report.stopped:

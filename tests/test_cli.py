@@ -101,3 +101,25 @@ def test_progress_total_counts_only_this_shard(tmp_path):
     parts = [count_in_shard(path, Shard(i, 4)) for i in range(4)]
     assert sum(parts) == 100 and all(parts)
     assert count_in_shard(None, None) is None
+
+
+def test_bad_input_lines_are_kept_counted_as_failures_and_set_exit_3():
+    done = run_vi("transcribe", stdin='this is not json\n{"video": "x.mp4"}\n')
+    records = jsonl(done.stdout)
+    assert [r["errors"][0]["kind"] for r in records] == ["invalid_json", "missing_id"]
+    assert records[0]["raw"] == "this is not json" and records[1]["video"] == "x.mp4"
+    assert done.returncode == 3 and "0 ok, 2 failed, 0 skipped" in done.stderr
+
+
+def test_vi_runs_offline_unless_downloads_are_allowed():
+    import subprocess
+
+    code = "import os; from vi.cli.app import main; import sys; sys.argv=['vi','--version']; "
+    code += "main()"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "VI_ALLOW_DOWNLOAD")}
+    probe = "import os, atexit; atexit.register(lambda: print(os.environ.get('HF_HUB_OFFLINE')));"
+    out = subprocess.run([sys.executable, "-c", probe + code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip().endswith("1")
+    out = subprocess.run([sys.executable, "-c", probe + code], capture_output=True, text=True,
+                         env={**env, "VI_ALLOW_DOWNLOAD": "1"})
+    assert out.stdout.strip().endswith("None")

@@ -149,3 +149,17 @@ def test_a_batch_stage_returning_too_few_results_fails_its_records(tmp_path):
     report = run_stage(short, [{"id": "a"}, {"id": "b"}],
                        StreamOptions(output=tmp_path / "o.jsonl", quiet=True))
     assert report.failed == 2 and report.ok == 0
+
+
+def test_lines_this_stage_could_not_read_count_as_its_failures(tmp_path):
+    import io
+
+    from vi.core.records import iter_records
+
+    lines = b'{"id": "a", "x": 1}\nnot json\n{"x": 2}\n'
+    records = list(iter_records(io.BytesIO(lines), stage="double"))
+    report, out = run(records, tmp_path)
+    assert [r.get("raw") for r in out] == [None, "not json", None]
+    assert out[2]["errors"][0]["kind"] == "missing_id"
+    assert (report.ok, report.failed, report.skipped) == (1, 2, 0)
+    assert report.exit_code == EXIT_RECORDS_FAILED
