@@ -563,3 +563,7 @@ def test_whisper_base_is_joined_from_its_two_packages_and_transcribes(tea, tmp_p
     text = " ".join(s["text"] for s in out["segments"]).lower()
     assert out["language"] == "en", out
     assert all(w in text for w in ("cup of tea", "fresh water", "milk")), text
+    # --language wins over detection on a multilingual model
+    forced = transcribe.TranscribeConfig(model="whisper-base", language="de")
+    assert transcribe.transcribe_record({"id": "tea", "video": str(tea)}, forced)[
+        "transcript"]["language"] == "de"
