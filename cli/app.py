@@ -61,7 +61,7 @@ def main() -> None:
     # Offline unless the user opts in: a library inside a stage (transformers, pyannote)
     # must fail fast on a missing file, not try a download that hangs on a firewalled node.
     if os.environ.get("VI_ALLOW_DOWNLOAD") != "1":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ["HF_HUB_OFFLINE"] = "1"
     _register()
     _forward_to_editor(sys.argv)
     app()

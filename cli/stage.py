@@ -106,7 +106,7 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
             except SetupError as exc:
                 stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None
-            except (ValueError, FileExistsError, FileNotFoundError) as exc:
+            except (ValueError, OSError) as exc:  # bad options, or -i/-o paths we cannot use
                 stderr.print(f"[red]vi {name}:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_USAGE) from None
             raise typer.Exit(report.exit_code if isinstance(report, Report) else int(report or 0))

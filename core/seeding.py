@@ -1,7 +1,9 @@
-"""Determinism: one `--seed` per run, and a generator per record derived from it.
+"""Determinism: one `--seed` per run, applied to every library that samples.
 
-Deriving per-record randomness from (seed, id) rather than from one global stream keeps a
-record's output the same whatever shard it lands in and whether the run was resumed.
+The seed is applied to Python and numpy at once, and to torch when the first model is built
+(`vi.core.models.load_once` calls `seed_libraries`), since torch is not imported before then.
+Stages that sample per record derive a generator from (seed, id) with `record_rng`, so a
+record's output does not depend on its shard or on a resume.
 """
 
 from __future__ import annotations
@@ -9,25 +11,33 @@ from __future__ import annotations
 import hashlib
 import random
 
+_seed: int | None = None
+
 
 def seed_everything(seed: int) -> None:
+    global _seed
+    _seed = seed
     random.seed(seed)
-    try:
-        import numpy as np
+    import numpy as np
 
-        np.random.seed(seed % 2**32)
-    except ImportError:
-        pass
-    import sys
+    np.random.seed(seed % 2**32)
 
-    if "torch" in sys.modules:  # seed torch only if a stage already needed it
-        import torch
 
-        torch.manual_seed(seed)
+def current_seed() -> int:
+    return 0 if _seed is None else _seed
+
+
+def seed_libraries() -> None:
+    """Seed torch (CPU and every GPU) with the run's seed; called before a model is built."""
+    if _seed is None:
+        return
+    import torch
+
+    torch.manual_seed(_seed)
 
 
 def record_seed(seed: int, record_id: object) -> int:
-    digest = hashlib.sha256(f"{seed}:{record_id}".encode("utf-8", "surrogateescape")).digest()
+    digest = hashlib.sha256(f"{seed}:{record_id}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % 2**63
 
 

@@ -32,20 +32,21 @@ class Shard:
     def from_slurm(cls, env: dict[str, str] | None = None) -> Shard | None:
         """The shard of this Slurm array task, or None outside an array job.
 
-        Array indices need not start at 0 (`--array=1-8`), so SLURM_ARRAY_TASK_MIN is
-        subtracted when Slurm provides it.
+        Array indices need not start at 0 (`--array=1-8`) nor be consecutive
+        (`--array=0-30:2`), so the task's position is (ID - MIN) / STEP among COUNT tasks.
         """
         env = os.environ if env is None else env
         if "SLURM_ARRAY_TASK_ID" not in env or "SLURM_ARRAY_TASK_COUNT" not in env:
             return None
-        task = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        offset = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        step = int(env.get("SLURM_ARRAY_TASK_STEP", "1")) or 1
         count = int(env["SLURM_ARRAY_TASK_COUNT"])
-        if not 0 <= task < count:
+        task, remainder = divmod(offset, step)
+        if remainder or not 0 <= task < count:
             raise ValueError(
                 f"Slurm array task {env['SLURM_ARRAY_TASK_ID']} (min "
-                f"{env.get('SLURM_ARRAY_TASK_MIN', '0')}) is outside 0..{count - 1}; "
-                "pass --shard I/N explicitly"
-            )
+                f"{env.get('SLURM_ARRAY_TASK_MIN', '0')}, step {step}) is not one of {count} "
+                "evenly spaced tasks; pass --shard I/N explicitly")
         return cls(task, count)
 
     def contains(self, record_id: object) -> bool:

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from vi.core.records import Record, dumps
+from vi.core.records import loads
 
 
 _real_stdout = None
@@ -37,15 +37,25 @@ def claim_stdout():
     return _real_stdout
 
 
+class DownstreamClosed(Exception):
+    """The reader of our stdout went away (`| head`): stop quietly, it is not a failure."""
+
+
 class StdoutSink:
     """JSONL to stdout, flushed per record so a downstream stage starts at once."""
 
     def __init__(self) -> None:
         self._out = claim_stdout()
 
-    def write(self, record: Record) -> None:
-        self._out.write(dumps(record).encode("utf-8", "surrogateescape"))
-        self._out.flush()
+    def write(self, line: bytes) -> None:
+        try:
+            self._out.write(line)
+            self._out.flush()
+        except BrokenPipeError:
+            # Point our stdout at /dev/null so the interpreter's final flush stays quiet.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._out.fileno())
+            raise DownstreamClosed() from None
 
     def close(self) -> None:
         try:
@@ -70,8 +80,8 @@ class FileSink:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if not resume else 0)
         self._fd = os.open(path, flags, 0o644)
 
-    def write(self, record: Record) -> None:
-        data = memoryview(dumps(record).encode("utf-8", "surrogateescape"))
+    def write(self, line: bytes) -> None:
+        data = memoryview(line)
         while data:  # os.write may write less than asked (signals, pipes); finish the line
             written = os.write(self._fd, data)
             data = data[written:]
@@ -82,27 +92,31 @@ class FileSink:
 
 
 def recover(path: Path) -> set[str]:
-    """Cut a torn last line off `path` and return the ids of its complete records.
+    """Cut a torn tail off `path` and return the ids of its complete records.
 
-    Only the last line can be torn (appends are sequential), and a torn line has no newline.
-    A complete line that is not JSON cannot come from a torn write, so it is an error to
-    report, not data to cut.
+    Only the tail can be torn (appends are sequential): a last line without its newline, or,
+    after a node crash, a tail of NUL-filled or garbled lines. A line that is not JSON but has
+    valid records after it cannot come from a kill: that is an error to report, not data to cut.
     """
     done: set[str] = set()
-    good_end = 0
+    good_end = position = 0
+    bad_line = None
     with open(path, "rb") as handle:
         for lineno, line in enumerate(handle, start=1):
-            if not line.endswith(b"\n"):
-                break  # torn by a kill mid-write: cut below
+            position += len(line)
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = loads(line) if line.endswith(b"\n") else None
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                bad_line = bad_line or lineno
+                continue
+            if bad_line is not None:
                 raise ValueError(
-                    f"{path} line {lineno} is not JSON, so it is not a vi output file "
-                    "that a kill left behind; fix or remove it before --resume"
-                ) from None
-            good_end += len(line)
-            if isinstance(record, dict) and "id" in record:
+                    f"{path} line {bad_line} is not a JSON record, and complete records follow "
+                    "it, so it is not what a kill leaves behind; fix or remove it before --resume")
+            good_end = position
+            if "id" in record:
                 done.add(str(record["id"]))
     if good_end < path.stat().st_size:
         with open(path, "r+b") as handle:

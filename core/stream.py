@@ -8,6 +8,7 @@ progress, the closing counts, and the exit code.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,9 +25,9 @@ from vi.core.errors import (
     SetupError,
 )
 from vi.core.progress import log, make_progress, stderr
-from vi.core.records import Record, has_errors, with_error
+from vi.core.records import REJECTED, Record, dumps, has_errors, with_error
 from vi.core.sharding import Shard
-from vi.core.sink import open_sink
+from vi.core.sink import DownstreamClosed, open_sink
 
 Fields = dict[str, Any]
 MAX_SHOWN_FAILURES = 10  # on stderr; every failure is in the output records
@@ -70,6 +71,7 @@ class Report:
     skipped: int = 0  # arrived with upstream errors, passed through untouched
     resumed: int = 0  # already complete in --output, not redone
     stopped: bool = False  # --strict hit a failure
+    downstream_closed: bool = False  # stdout's reader went away (| head): a normal stop
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # the first few, for stderr
 
@@ -89,6 +91,8 @@ class Report:
         if self.resumed:
             parts.append(f"{self.resumed} already done (resume)")
         tail = " (stopped at the first failure: --strict)" if self.stopped else ""
+        if self.downstream_closed:
+            tail += " (stopped: the reader of stdout closed the pipe)"
         return f"vi {self.stage}: " + ", ".join(parts) + f" in {self.seconds:.1f}s" + tail
 
 
@@ -99,13 +103,14 @@ def merge(record: Record, added: Fields) -> Record:
     return out
 
 
-def _in_scope(records: Iterable[Record], opts: StreamOptions, done: set[str], report: Report
-              ) -> Iterator[Record]:
+def _in_scope(records: Iterable[Record], opts: StreamOptions, done: set[str], report: Report,
+              on_resumed: Callable[[], None]) -> Iterator[Record]:
     for record in records:
         if opts.shard is not None and not opts.shard.contains(record["id"]):
             continue
         if str(record["id"]) in done:
             report.resumed += 1
+            on_resumed()
             continue
         yield record
 
@@ -156,10 +161,22 @@ def _owned(stage: Stage, result: Fields | Exception) -> Fields | Exception:
     return result
 
 
-def _failed_here(record: Record, stage: Stage) -> bool:
-    """An input line this stage's own reader rejected (not JSON, no id) is its failure,
-    not an upstream one: it counts as failed and sets the exit code."""
-    return record["errors"][-1].get("stage") == stage.name
+def _encode(out: Record, record: Record, stage: str, failed: bool) -> tuple[bytes, Record, bool]:
+    """The output line; a stage result JSON cannot hold (NaN, say) fails that record only."""
+    try:
+        return dumps(out), out, failed
+    except ValueError as exc:
+        out = with_error(record, stage, "unserialisable",
+                         f"the stage produced a value JSON cannot hold ({exc}); this is a bug in "
+                         f"vi {stage}, please report it")
+        return dumps(out), out, True
+
+
+def _refuse_same_file(opts: StreamOptions) -> None:
+    if (opts.input is not None and opts.output is not None and opts.input.exists()
+            and opts.output.exists() and os.path.samefile(opts.input, opts.output)):
+        raise ValueError(f"--input and --output are the same file ({opts.output}); "
+                         "write to a new file, then move it")
 
 
 def _as_error(record: Record, stage: str, exc: Exception) -> Record:
@@ -173,6 +190,7 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
               total: int | None = None) -> Report:
     """Run `stage` over `records` under the record contract; return the counts."""
     report = Report(stage=stage.name)
+    _refuse_same_file(opts)
     sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
     done = getattr(sink, "done_ids", set())
     if done:
@@ -182,26 +200,32 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
     try:
         with progress:
             task = progress.add_task(stage.name, total=total)
-            scoped = _in_scope(records, opts, done, report)
+            scoped = _in_scope(records, opts, done, report, lambda: progress.advance(task))
             for batch in _batches(scoped, max(1, stage.batch_size)):
                 for record, result in zip(batch, _results(stage, batch)):
                     if result is None:  # arrived with errors: passed through untouched
-                        out, failed = record, _failed_here(record, stage)
-                        report.skipped += not failed
+                        # ... unless this stage's own reader rejected the line: its failure
+                        out, failed = record, bool(record.pop(REJECTED, False))
                     elif isinstance(result, Exception):
                         out, failed = _as_error(record, stage.name, result), True
                     else:
                         out, failed = merge(record, result), False
-                        report.ok += 1
+                    line, out, failed = _encode(out, record, stage.name, failed)
                     if failed:
                         report.fail(out)
-                    sink.write(out)
+                    elif result is None:
+                        report.skipped += 1
+                    else:
+                        report.ok += 1
+                    sink.write(line)
                     progress.advance(task)
                     if opts.strict and failed:
                         report.stopped = True
                         break
                 if report.stopped:
                     break
+    except DownstreamClosed:
+        report.downstream_closed = True
     finally:
         sink.close()
         report.seconds = time.perf_counter() - start

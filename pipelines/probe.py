@@ -1,14 +1,13 @@
 """`vi probe`: video paths in, one metadata record per video out.
 
 ids default to the file stem. Stems that collide (two `intro.mp4` in different folders),
-or that equal an id given explicitly, get a suffix hashed from the path, so each id depends
-only on its own path and not on input order or on which shard runs it.
+or that equal an id given explicitly, get a suffix hashed from the path, so ids do not
+depend on input order or on which shard runs them. A file named twice is probed once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import defaultdict
 from collections.abc import Iterable
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from vi.core import media
 from vi.core.errors import RecordError
-from vi.core.records import Record, ensure_id, invalid_line_record
+from vi.core.records import Record, ensure_id, parse_json_line
 
 STAGE = "probe"
 MEDIA_EXTENSIONS = media.VIDEO_EXTENSIONS + media.AUDIO_EXTENSIONS
@@ -37,13 +36,7 @@ def parse_line(line: str, lineno: int) -> list[Record]:
     if not text or text.startswith("#"):
         return []
     if text.startswith("{"):
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return [invalid_line_record(STAGE, text, lineno, str(exc))]
-        if not isinstance(record, dict):
-            return [invalid_line_record(STAGE, text, lineno, "not a JSON object")]
-        return [record]
+        return [parse_json_line(text, STAGE, lineno)]
     return [{"video": p} for p in expand_path(text)]
 
 
@@ -52,10 +45,17 @@ def gather(paths: Iterable[str], lines: Iterable[str] = ()) -> list[Record]:
     records = [{"video": p} for path in paths for p in expand_path(path)]
     for lineno, line in enumerate(lines, start=1):
         records.extend(parse_line(line, lineno))
+    unique: list[Record] = []
+    seen: set[str] = set()
     for record in records:
         if isinstance(record.get("video"), str):
             record["video"] = os.path.abspath(record["video"])
-    return records
+            if "id" not in record:  # the same file named twice (a path and its folder): once
+                if record["video"] in seen:
+                    continue
+                seen.add(record["video"])
+        unique.append(record)
+    return unique
 
 
 def _path_suffix(path: str) -> str:

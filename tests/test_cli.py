@@ -123,3 +123,21 @@ def test_vi_runs_offline_unless_downloads_are_allowed():
     out = subprocess.run([sys.executable, "-c", probe + code], capture_output=True, text=True,
                          env={**env, "VI_ALLOW_DOWNLOAD": "1"})
     assert out.stdout.strip().endswith("None")
+
+
+def test_a_closed_downstream_pipe_is_a_normal_stop(tea, tmp_path):
+    import subprocess
+
+    for i in range(40):
+        os.symlink(tea, tmp_path / f"v{i:02d}.mp4")
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {VI} probe -q {tmp_path} | head -1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(jsonl(done.stdout)) == 1 and "Traceback" not in done.stderr
+
+
+def test_unusable_input_or_output_paths_are_usage_errors(tmp_path):
+    done = run_vi("transcribe", "-i", str(tmp_path), stdin="")
+    assert done.returncode == 2 and str(tmp_path) in done.stderr
+    done = run_vi("transcribe", "-o", str(tmp_path), stdin="")
+    assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -100,3 +100,8 @@ def test_shards_of_probe_partition_the_videos(tea, tmp_path):
     slurm = run_vi("probe", str(tmp_path), "-q",
                    env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "3"})
     assert {r["id"] for r in jsonl(slurm.stdout)} == {r["id"] for r in parts[1]}
+
+
+def test_a_file_named_twice_is_probed_once(tea):
+    records = jsonl(run_vi("probe", str(tea), str(tea.parent), str(tea), check=True).stdout)
+    assert [r["id"] for r in records] == ["tea"]

@@ -1,6 +1,7 @@
 """Reading records: bad lines become error records, ids are checked, output is strict JSON."""
 
 import io
+import json
 import math
 
 import pytest
@@ -45,13 +46,26 @@ def test_record_without_id_gets_stable_derived_id_and_an_error():
     assert "id" in first["errors"][0]["message"]
 
 
-@pytest.mark.parametrize("bad_id", ['""', "null", "[1]"])
-def test_unusable_ids_are_flagged(bad_id):
-    (record,) = parse(f'{{"id": {bad_id}}}\n')
+@pytest.mark.parametrize("bad_id", ['""', "null", "[1]", "1.5", "true"])
+def test_unusable_ids_are_replaced_and_flagged(bad_id):
+    (record,) = parse(f'{{"id": {bad_id}, "k": 1}}\n')
+    assert record["id"].startswith("no-id-") and record["k"] == 1
     assert record["errors"][0]["kind"] == "missing_id"
+    assert f"got {json.loads(bad_id)!r}" in record["errors"][0]["message"]
+
+
+def test_nan_in_input_is_an_invalid_line_not_a_crash_later():
+    (record,) = parse('{"id": "a", "x": NaN}\n')
+    assert record["errors"][0]["kind"] == "invalid_json" and "NaN" in record["errors"][0]["message"]
+
+
+def test_undecodable_bytes_and_lone_surrogates_survive():
+    records = list(iter_records(io.BytesIO(b'\xff\xfe\n{"id": "s", "t": "\\ud800"}\n'), "test"))
+    assert records[0]["raw"] == "\\xff\\xfe" and records[0]["errors"][0]["kind"] == "invalid_json"
+    assert json.loads(dumps(records[1])) == {"id": "s", "t": "\ud800"}
 
 
 def test_dumps_refuses_nan_rather_than_writing_invalid_json():
     with pytest.raises(ValueError):
         dumps({"id": "a", "score": math.nan})
-    assert dumps({"id": "é"}) == '{"id": "é"}\n'
+    assert dumps({"id": "é"}) == '{"id": "é"}\n'.encode()

@@ -116,7 +116,7 @@ def test_resume_skips_done_ids_and_cuts_a_torn_line(tmp_path):
 def test_resume_refuses_a_file_with_a_garbled_complete_line(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "a"}\nhand-edited garbage\n{"id": "b"}\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match="line 2 is not a JSON record"):
         recover(out)
     assert out.read_text().count("\n") == 3  # nothing was cut
 
@@ -163,3 +163,34 @@ def test_lines_this_stage_could_not_read_count_as_its_failures(tmp_path):
     assert out[2]["errors"][0]["kind"] == "missing_id"
     assert (report.ok, report.failed, report.skipped) == (1, 2, 0)
     assert report.exit_code == EXIT_RECORDS_FAILED
+
+
+def test_a_tail_of_nul_bytes_after_a_node_crash_is_cut_like_a_torn_line(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"id": "a"}\n' + b"\0" * 4096 + b"\n" + b"\0" * 100)
+    assert recover(out) == {"a"}
+    assert out.read_bytes() == b'{"id": "a"}\n'
+
+
+def test_a_result_json_cannot_hold_fails_only_that_record(tmp_path):
+    nan = Stage("nan", writes=("y",), process=lambda r: {"y": float("nan") if r["id"] == "b" else 1})
+    report = run_stage(nan, [{"id": "a"}, {"id": "b"}, {"id": "c"}],
+                       StreamOptions(output=tmp_path / "o.jsonl", quiet=True))
+    out = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in out] == ["a", "b", "c"]
+    assert out[1]["errors"][0]["kind"] == "unserialisable" and "y" not in out[1]
+    assert (report.ok, report.failed) == (2, 1)
+
+
+def test_input_and_output_may_not_be_the_same_file(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"id": "a", "x": 1}\n')
+    with pytest.raises(ValueError, match="same file"):
+        run_stage(STAGE, [], StreamOptions(input=path, output=path, overwrite=True, quiet=True))
+    assert path.read_text() == '{"id": "a", "x": 1}\n'
+
+
+def test_errors_from_an_earlier_run_of_the_same_stage_count_as_skipped(tmp_path):
+    earlier = {"id": "a", "errors": [{"stage": "double", "kind": "k", "message": "m"}]}
+    report, out = run([earlier, {"id": "b", "x": 1}], tmp_path)
+    assert out[0] == earlier and (report.ok, report.failed, report.skipped) == (1, 0, 1)
