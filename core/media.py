@@ -22,6 +22,7 @@ SAMPLE_RATE = 16_000
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".mpeg", ".flv")
 AUDIO_EXTENSIONS = (".wav", ".mp3", ".m4a", ".flac", ".ogg", ".opus", ".aac")
 PROBE_TIMEOUT_S = 60
+DECODE_TIMEOUT_S = 3600  # a whole film's audio decodes in well under this; a stalled mount never ends
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ def _tool(name: str) -> str:
         raise SetupError(f"{name} is not installed; install ffmpeg (apt-get install ffmpeg, "
                          "or `make install` as root) and try again")
     return path
+
+
+def _last_line(stderr: bytes, code: int) -> str:
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit code {code}"
 
 
 def check_readable(path: str | Path) -> Path:
@@ -73,9 +79,8 @@ def probe(path: str | Path) -> MediaInfo:
         raise RecordError("unreadable_media", f"{p}: ffprobe gave no answer in "
                           f"{PROBE_TIMEOUT_S}s; the file may be on a stalled mount") from None
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()
-        reason = why[-1] if why else f"ffprobe exit code {done.returncode}"
-        raise RecordError("unreadable_media", f"{p}: not a readable media file ({reason}); "
+        raise RecordError("unreadable_media", f"{p}: not a readable media file "
+                          f"({_last_line(done.stderr, done.returncode)}); "
                           "a truncated download is the usual cause")
     meta = json.loads(done.stdout or b"{}")
     streams = meta.get("streams", [])
@@ -105,11 +110,14 @@ def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     cmd = [_tool("ffmpeg"), "-nostdin", "-v", "error", "-threads", "0", "-i", str(p),
            "-map", "0:a:0", "-f", "s16le", "-ac", "1", "-acodec", "pcm_s16le",
            "-ar", str(sample_rate), "-"]
-    done = subprocess.run(cmd, capture_output=True, check=False)
+    try:
+        done = subprocess.run(cmd, capture_output=True, check=False, timeout=DECODE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RecordError("unreadable_media", f"{p}: decoding its audio took over "
+                          f"{DECODE_TIMEOUT_S}s; the file may be on a stalled mount") from None
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()
         raise RecordError("unreadable_media", f"{p}: ffmpeg could not decode its audio "
-                          f"({why[-1] if why else done.returncode})")
+                          f"({_last_line(done.stderr, done.returncode)})")
     return np.frombuffer(done.stdout, np.int16).astype(np.float32) / 32768.0
 
 

@@ -97,6 +97,3 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
 def get_spec(alias: str) -> ModelSpec | None:
     return CATALOG.get(alias)
 
-
-def default_for(role: str) -> ModelSpec:
-    return next(s for s in CATALOG.values() if s.role == role)

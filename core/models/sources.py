@@ -84,7 +84,7 @@ class JoinedParts:
     unzip: bool = False
 
     def installed(self) -> bool:
-        return all(package_file(d, s) is not None for d, s in self.parts + self.companions)
+        return not self.missing()
 
     def missing(self) -> list[str]:
         needed = [d for d, s in self.parts + self.companions if package_file(d, s) is None]
