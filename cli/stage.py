@@ -56,7 +56,8 @@ _COMMON = [
 
 _MODEL = [
     ("device", Annotated[str, typer.Option(
-        "--device", help="auto (cuda, then mps, then cpu), cpu, mps, cuda or cuda:N.",
+        "--device", help="auto (cuda, then mps where the engine supports it, then cpu), cpu, mps, "
+        "cuda or cuda:N.",
         rich_help_panel=MODEL_PANEL)], "auto"),
     ("dtype", Annotated[str, typer.Option(
         "--dtype", help="auto (bf16/fp16 on GPU; int8 for CTranslate2 and fp32 otherwise on CPU), "

@@ -42,9 +42,13 @@ def transcribe_command(
     device: str = "auto",
     dtype: str = "auto",
 ):
+    # Built before the stream starts: a bad option or a missing aligner stops the stage here
+    # (exit 2 or 5) with nothing written, instead of failing every record the same way.
+    # The ASR model itself loads on the first record that has audio.
     config = transcribe.TranscribeConfig(
         model=model, backend=backend, batch_size=batch_size, beam_size=beam_size,
-        language=language, align_model=align_model, device=device, dtype=dtype)
+        language=language, align_model=align_model, device=device, dtype=dtype,
+        seed=opts.seed)
     stage = Stage(transcribe.STAGE, writes=("transcript",),
                   process=lambda record: transcribe.transcribe_record(record, config))
     return run_stage(stage, read_records(opts.input, transcribe.STAGE), opts,

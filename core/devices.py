@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
+# The devices each inference engine can run on. CTranslate2 (faster-whisper, whisperx's
+# decoder) has CUDA and CPU backends only: Apple's mps is a torch backend.
+ENGINE_DEVICES = {"torch": ("cuda", "mps", "cpu"), "ctranslate2": ("cuda", "cpu")}
 
 
 @dataclass(frozen=True)
 class Placement:
-    device: str  # "cuda", "cuda:1", "mps", "cpu"
-    dtype: str  # one of DTYPES except "auto"
+    device: str  # "cuda", "cuda:1", "mps", "cpu": give torch this whole string
+    dtype: str  # one of DTYPES except "auto"; also a valid CTranslate2 compute_type
 
     @property
     def kind(self) -> str:
@@ -30,11 +33,9 @@ class Placement:
             return torch.float32 if self.kind == "cpu" else torch.float16
         return getattr(torch, self.dtype)
 
-    def ctranslate2_compute_type(self) -> str:
-        return self.dtype
-
 
 def best_device() -> str:
+    """The fastest device torch sees here."""
     import torch
 
     if torch.cuda.is_available():
@@ -45,32 +46,62 @@ def best_device() -> str:
     return "cpu"
 
 
-def resolve_placement(device: str = "auto", dtype: str = "auto", quantized_ok: bool = False
-                      ) -> Placement:
-    """Turn `--device`/`--dtype` into a concrete placement.
+def _auto_device(engine: str) -> str:
+    device = best_device()
+    # An engine without the best device's backend (CTranslate2 on a Mac) runs on the CPU.
+    return device if device in ENGINE_DEVICES[engine] else "cpu"
 
-    auto dtype: bf16 on GPUs that support it, else fp16 on GPU; on CPU int8 for engines that
-    quantize (CTranslate2: `quantized_ok`) and fp32 otherwise.
-    """
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    chosen = best_device() if device == "auto" else device
-    kind = chosen.split(":")[0]
-    if kind not in ("cuda", "mps", "cpu"):
+
+def _check_device(device: str, engine: str) -> None:
+    """Refuse a device this engine cannot use, or that this machine does not have."""
+    kind, colon, index = device.partition(":")
+    if kind not in ENGINE_DEVICES["torch"] or (colon and (kind != "cuda" or not index.isdigit())):
         raise ValueError(f"--device must be auto, cpu, mps, cuda or cuda:N, got {device!r}")
-    if kind != "cpu":
+    if kind not in ENGINE_DEVICES[engine]:
+        name = {"torch": "torch", "ctranslate2": "CTranslate2"}[engine]
+        raise ValueError(f"--device {device}: this stage's models run on {name}, which has no "
+                         f"{kind} backend; use {' or '.join(ENGINE_DEVICES[engine])}")
+    if kind == "cpu":
+        return
+    import torch
+
+    if kind == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"--device {device}: no mps device is available here")
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"--device {device}: no cuda device is available here")
+    if int(index or 0) >= count:
+        raise ValueError(f"--device {device}: this machine has {count} cuda device(s), "
+                         f"cuda:0 to cuda:{count - 1}")
+
+
+def _auto_dtype(kind: str, engine: str) -> str:
+    if kind == "cuda":
         import torch
 
-        available = torch.cuda.is_available() if kind == "cuda" else best_device() == "mps"
-        if not available:
-            raise ValueError(f"--device {device}: no {kind} device is available here")
-    if dtype == "auto":
-        if kind == "cuda":
-            import torch
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if kind == "mps":
+        return "float16"
+    return "int8" if engine == "ctranslate2" else "float32"  # CTranslate2 quantizes on CPU
 
-            dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-        elif kind == "mps":
-            dtype = "float16"
-        else:
-            dtype = "int8" if quantized_ok else "float32"
+
+def resolve_placement(device: str = "auto", dtype: str = "auto", engine: str = "torch"
+                      ) -> Placement:
+    """Turn `--device`/`--dtype` into a concrete placement for `engine` (torch | ctranslate2).
+
+    auto device: cuda, then mps (torch only), then cpu. auto dtype: bf16 on GPUs that
+    support it, else fp16 on GPU; on CPU int8 for CTranslate2 and fp32 for torch.
+    A value that cannot work here is a ValueError naming the option (a usage error).
+    """
+    if engine not in ENGINE_DEVICES:
+        raise ValueError(f"unknown engine {engine!r}: one of {', '.join(ENGINE_DEVICES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    chosen = _auto_device(engine) if device == "auto" else device
+    _check_device(chosen, engine)
+    if dtype == "auto":
+        dtype = _auto_dtype(chosen.split(":")[0], engine)
     return Placement(chosen, dtype)

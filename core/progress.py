@@ -19,7 +19,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-stderr = Console(stderr=True)
+# soft_wrap: a message keeps its words whole in a log file, instead of folding at 80 columns
+stderr = Console(stderr=True, soft_wrap=True)
 log = logging.getLogger("vi")
 
 

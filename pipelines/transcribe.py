@@ -34,6 +34,13 @@ MIN_SPEECH_RMS = 1e-4  # below this the track is digital silence: nothing to dec
 
 @dataclass(frozen=True)
 class TranscribeConfig:
+    """The options of `vi transcribe`, checked when built: a bad one fails before any record.
+
+    Everything that can be checked without loading the ASR model is checked here, so that a
+    typo is one usage error (exit 2) or setup error (exit 5), not one error record per
+    record. `placement` and `align_path` are derived once, here, and used as they are.
+    """
+
     model: str = "whisper-tiny.en"
     backend: str = "whisperx"
     batch_size: int = 8
@@ -42,13 +49,45 @@ class TranscribeConfig:
     align_model: str = "auto"  # auto | none | alias, path or hub id of a wav2vec2 CTC model
     device: str = "auto"
     dtype: str = "auto"
+    seed: int = 0
     threads: int = field(default_factory=lambda: min(8, os.cpu_count() or 1))
+    # Derived from the options above (so not part of equality or of the model cache key).
+    placement: Placement = field(init=False, compare=False)
+    align_path: str | None = field(init=False, compare=False)  # a named aligner, resolved
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.batch_size < 1:
             raise ValueError("--batch-size must be at least 1")
+        if self.beam_size < 1:
+            raise ValueError(f"--beam-size must be at least 1, got {self.beam_size}")
+        _check_language(self.language)
+        if not self.align_model:
+            raise ValueError("--align-model must be auto, none, or a model alias, path or hub id")
+        # The decoder is CTranslate2 in both backends: it decides which devices can work.
+        object.__setattr__(self, "placement",
+                           resolve_placement(self.device, self.dtype, engine="ctranslate2"))
+        object.__setattr__(self, "align_path", _named_aligner(self.align_model))
+
+
+def _check_language(language: str | None) -> None:
+    from faster_whisper.tokenizer import _LANGUAGE_CODES  # a tuple; no model is loaded
+
+    if language is not None and language not in _LANGUAGE_CODES:
+        raise ValueError(f"--language must be a language code Whisper knows (en, de, fr, zh, "
+                         f"...; {len(_LANGUAGE_CODES)} in all), got {language!r}")
+
+
+def _named_aligner(ref: str) -> str | None:
+    """The local path of an --align-model given by name; None for auto and none.
+
+    A missing model, or a catalogue alias of another role (an ASR model, say), is a
+    SetupError now rather than a failure after the first record's whole ASR pass.
+    """
+    if ref in ("auto", "none"):
+        return None
+    return str(resolve_model(ref, role="alignment"))
 
 
 class _RecordingGenerate:
@@ -117,7 +156,7 @@ def asr_model_path(name: str) -> str:
     return str(resolve_model(name, role="asr"))
 
 
-def _load_whisperx(config: TranscribeConfig, placement: Placement):
+def _load_whisperx(config: TranscribeConfig):
     import whisperx
     from whisperx.log_utils import setup_logging
 
@@ -130,12 +169,13 @@ def _load_whisperx(config: TranscribeConfig, placement: Placement):
         logging.INFO if verbose else logging.WARNING)
 
     path = asr_model_path(config.model)
+    placement = config.placement  # CTranslate2 takes the device kind and index apart
     model = _timed_model_class()(path, device=placement.kind, device_index=placement.index,
-                                 compute_type=placement.ctranslate2_compute_type(),
+                                 compute_type=placement.dtype,
                                  cpu_threads=config.threads, local_files_only=True)
     language = config.language or (None if model.model.is_multilingual else "en")
     pipe = whisperx.load_model(path, device=placement.kind, device_index=placement.index,
-                               compute_type=placement.ctranslate2_compute_type(),
+                               compute_type=placement.dtype,
                                language=language, vad_method="pyannote", model=model,
                                asr_options={"beam_size": config.beam_size},
                                local_files_only=True, threads=config.threads)
@@ -149,12 +189,13 @@ def _load_whisperx(config: TranscribeConfig, placement: Placement):
     return pipe
 
 
-def _load_faster_whisper(config: TranscribeConfig, placement: Placement):
+def _load_faster_whisper(config: TranscribeConfig):
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     path = asr_model_path(config.model)
+    placement = config.placement
     model = WhisperModel(path, device=placement.kind, device_index=placement.index,
-                         compute_type=placement.ctranslate2_compute_type(),
+                         compute_type=placement.dtype,
                          cpu_threads=config.threads, local_files_only=True)
     return model, BatchedInferencePipeline(model)
 
@@ -164,7 +205,7 @@ def _align_model_path(config: TranscribeConfig, language: str) -> str | None:
     if config.align_model == "none":
         return None
     if config.align_model != "auto":
-        return str(resolve_model(config.align_model))
+        return config.align_path  # resolved once, when the config was built
     from whisperx.alignment import DEFAULT_ALIGN_MODELS_HF, DEFAULT_ALIGN_MODELS_TORCH
 
     if language in DEFAULT_ALIGN_MODELS_TORCH:
@@ -213,27 +254,49 @@ def _ensure_punkt(language: str) -> None:
                 "with internet for the full one")
 
 
-def _load_aligner(config: TranscribeConfig, placement: Placement, language: str):
+def _load_aligner(config: TranscribeConfig, language: str):
+    """(model, metadata, name) of the wav2vec2 aligner for `language`, or None.
+
+    A model that does not load (not a wav2vec2 CTC model, a corrupt folder) fails every
+    record the same way, so it stops the stage (SetupError) instead of failing each record
+    after its ASR pass.
+    """
     name = _align_model_path(config, language)
     if name is None:
         return None
     import whisperx
 
     _ensure_punkt(language)
-    model, metadata = whisperx.load_align_model(language, placement.kind, model_name=name,
-                                                model_cache_only=True)
+    try:
+        # the whole device string: "cuda:1" keeps the aligner on the ASR model's GPU
+        model, metadata = whisperx.load_align_model(language, config.placement.device,
+                                                    model_name=name, model_cache_only=True)
+    except Exception as exc:
+        raise SetupError(f"could not load alignment model {config.align_model!r} ({name}) for "
+                         f"language {language!r}: {type(exc).__name__}: {exc}. --align-model "
+                         "takes a wav2vec2 CTC model (alias, folder or hub id), auto or none"
+                         ) from exc
     return model, metadata, name
 
 
-def _words(raw: list[dict], offset: float = 0.0) -> list[dict]:
+def _timed(word: dict) -> bool:
+    return word.get("start") is not None and word.get("end") is not None
+
+
+def _words(raw: list[dict], offset: float = 0.0, fallback: float | None = None) -> list[dict]:
+    """Our word schema; times shifted by `offset`.
+
+    A word without times (the aligner cannot place a numeral) borrows the previous word's
+    end, or `fallback` (the segment's start; `offset` when not given) when it comes first.
+    """
     out = []
     for w in raw:
         text = str(w.get("word", "")).strip()
         if not text:
             continue
         start, end = w.get("start"), w.get("end")
-        if start is None or end is None:  # unalignable token (a numeral): borrow a neighbour
-            start = end = out[-1]["end"] if out else offset
+        if not _timed(w):
+            start = end = out[-1]["end"] if out else (offset if fallback is None else fallback)
         else:
             start, end = start + offset, end + offset
         score = w.get("probability", w.get("score"))
@@ -242,35 +305,57 @@ def _words(raw: list[dict], offset: float = 0.0) -> list[dict]:
     return out
 
 
+def _aligned_segment(seg: dict) -> dict:
+    """One segment of whisperx.align's output in our schema.
+
+    Its bounds come from the words the aligner timed; a segment it could not place at all
+    keeps its text and its own times. Untimed words (numerals) fall back to the segment's
+    start, never to 0.0.
+    """
+    raw = [w for w in seg.get("words", []) if str(w.get("word", "")).strip()]
+    timed = [w for w in raw if _timed(w)]
+    start = min(float(w["start"]) for w in timed) if timed else float(seg["start"])
+    end = max(float(w["end"]) for w in timed) if timed else float(seg["end"])
+    return {"start": round(start, 3), "end": round(end, 3), "text": str(seg["text"]).strip(),
+            "words": _words(raw, fallback=start)}
+
+
+def _seed_decoder(seed: int) -> None:
+    """Make decoding reproducible: CTranslate2 samples when its temperature fallback kicks in.
+
+    Its generators are per thread and take this seed when first used (later calls do not
+    reseed them), so it is set before the model decodes anything.
+    """
+    import ctranslate2
+
+    ctranslate2.set_random_seed(seed % 2**32)
+
+
 class Transcriber:
     """One loaded backend; `__call__` turns 16 kHz audio into the transcript field."""
 
     def __init__(self, config: TranscribeConfig):
         self.config = config
-        self.placement = resolve_placement(config.device, config.dtype, quantized_ok=True)
-        if config.align_model not in ("auto", "none"):
-            resolve_model(config.align_model)  # a named aligner that is missing: fail before loading
+        _seed_decoder(config.seed)
         loader = _load_whisperx if config.backend == "whisperx" else _load_faster_whisper
         try:
-            self.engine = loader(config, self.placement)
+            self.engine = loader(config)
         except SetupError:
             raise
         except Exception as exc:  # a corrupt model folder, a missing CUDA library, ...
             raise SetupError(f"could not load ASR model {config.model!r} with the "
                              f"{config.backend} backend: {type(exc).__name__}: {exc}") from exc
         log.info("transcribe: %s (%s) on %s/%s", config.model, config.backend,
-                 self.placement.device, self.placement.dtype)
+                 config.placement.device, config.placement.dtype)
 
     def __call__(self, audio: np.ndarray) -> dict:
         if self.config.backend == "whisperx":
             language, segments, timing = self._whisperx(audio)
         else:
             language, segments, timing = self._faster_whisper(audio)
-        result = {"language": language, "segments": segments, "backend": self.config.backend,
-                  "model": self.config.model, "word_timing": timing}
         if not segments:
-            result["note"] = "no speech detected"
-        return result
+            return transcript(self.config, language, [], None, note="no speech detected")
+        return transcript(self.config, language, segments, timing)
 
     def _whisperx(self, audio: np.ndarray):
         pipe = self.engine
@@ -280,21 +365,14 @@ class Transcriber:
                               language=self.config.language, num_workers=0)
         language, chunks = out["language"], out["segments"]
         aligner = load_once(("align", self.config, language),
-                            lambda: _load_aligner(self.config, self.placement, language))
+                            lambda: _load_aligner(self.config, language))
         if aligner is not None and chunks:
             import whisperx
 
             model, metadata, name = aligner
-            aligned = whisperx.align(chunks, model, metadata, audio, self.placement.kind,
+            aligned = whisperx.align(chunks, model, metadata, audio, self.config.placement.device,
                                      return_char_alignments=False)
-            segments = []
-            for seg in aligned["segments"]:
-                words = _words(seg.get("words", []), 0.0)
-                # a segment the aligner could not place keeps its text and its own times
-                start, end = (words[0]["start"], words[-1]["end"]) if words else (
-                    round(float(seg["start"]), 3), round(float(seg["end"]), 3))
-                segments.append({"start": start, "end": end, "text": str(seg["text"]).strip(),
-                                 "words": words})
+            segments = [_aligned_segment(seg) for seg in aligned["segments"]]
             return language, segments, f"wav2vec2 alignment ({name})"
         words = [w for chunk, raw in zip(chunks, pipe.model.chunk_words)
                  for w in _words(raw, chunk["start"])]
@@ -321,8 +399,20 @@ def audio_source(record: dict) -> str:
                       "run vi probe first or add the media path")
 
 
-def empty_transcript(note: str) -> dict:
-    return {"transcript": {"language": None, "segments": [], "note": note}}
+def transcript(config: TranscribeConfig, language: str | None, segments: list[dict],
+               word_timing: str | None, note: str | None = None) -> dict:
+    """The transcript field: the same keys whether or not there was speech to transcribe."""
+    out = {"language": language, "segments": segments, "backend": config.backend,
+           "model": config.model, "word_timing": word_timing}
+    if note is not None:
+        out["note"] = note
+    return out
+
+
+def rms(audio: np.ndarray) -> float:
+    """Root mean square, without the float64 copies `audio ** 2` would make (an hour of
+    16 kHz audio is 230 MB of float32)."""
+    return float(np.sqrt(float(np.dot(audio, audio)) / audio.size)) if audio.size else 0.0
 
 
 def transcribe_record(record: dict, config: TranscribeConfig) -> dict:
@@ -330,10 +420,10 @@ def transcribe_record(record: dict, config: TranscribeConfig) -> dict:
     has_audio = record.get("has_audio")
     if has_audio is None:
         has_audio = media.probe(path).has_audio
-    if not has_audio:
-        return empty_transcript("no audio track")
+    if not has_audio:  # nothing to decode: the ASR model is not even loaded
+        return {"transcript": transcript(config, None, [], None, note="no audio track")}
     audio = media.read_audio(path)
-    if audio.size == 0 or float(np.sqrt(np.mean(audio.astype(np.float64) ** 2))) < MIN_SPEECH_RMS:
-        return empty_transcript("audio is silent")
+    if rms(audio) < MIN_SPEECH_RMS:
+        return {"transcript": transcript(config, None, [], None, note="audio is silent")}
     transcriber = load_once(("transcriber", config), lambda: Transcriber(config))
     return {"transcript": transcriber(audio)}

@@ -1,10 +1,11 @@
 import pytest
 
+from vi.core import devices
 from vi.core.devices import resolve_placement
 
 
 def test_cpu_defaults_int8_for_ctranslate2_and_fp32_for_torch():
-    assert resolve_placement("cpu", "auto", quantized_ok=True).dtype == "int8"
+    assert resolve_placement("cpu", "auto", engine="ctranslate2").dtype == "int8"
     placement = resolve_placement("cpu", "auto")
     assert (placement.device, placement.dtype) == ("cpu", "float32")
     import torch
@@ -13,18 +14,25 @@ def test_cpu_defaults_int8_for_ctranslate2_and_fp32_for_torch():
 
 
 def test_explicit_dtype_wins():
-    assert resolve_placement("cpu", "float32", quantized_ok=True).dtype == "float32"
+    assert resolve_placement("cpu", "float32", engine="ctranslate2").dtype == "float32"
 
 
-def test_auto_device_falls_back_to_what_exists():
+def test_auto_device_is_the_best_one_here():
     import torch
 
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert resolve_placement().kind in (expected, "mps")
+    mps = getattr(torch.backends, "mps", None)
+    if torch.cuda.is_available():
+        expected = "cuda"
+    elif mps is not None and mps.is_available():
+        expected = "mps"
+    else:
+        expected = "cpu"
+    assert resolve_placement().device == expected
 
 
 @pytest.mark.parametrize("device,dtype,message", [
-    ("tpu", "auto", "--device"), ("cpu", "fp8", "--dtype")])
+    ("tpu", "auto", "--device"), ("cpu", "fp8", "--dtype"), ("cuda:", "auto", "--device"),
+    ("cpu:1", "auto", "--device")])
 def test_bad_values_are_refused_with_the_option_named(device, dtype, message):
     with pytest.raises(ValueError, match=message):
         resolve_placement(device, dtype)
@@ -37,3 +45,29 @@ def test_asking_for_a_missing_gpu_is_a_clear_error():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="no cuda device"):
         resolve_placement("cuda:0", "auto")
+
+
+@pytest.fixture()
+def pretend_mps(monkeypatch):
+    """A machine whose best torch device is mps (an Apple GPU), without a CUDA GPU."""
+    import torch
+
+    class FakeMps:
+        @staticmethod
+        def is_available():
+            return True
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends, "mps", FakeMps, raising=False)
+    monkeypatch.setattr(devices, "best_device", lambda: "mps")
+
+
+def test_auto_never_picks_mps_for_ctranslate2(pretend_mps):
+    assert resolve_placement("auto", engine="torch") == devices.Placement("mps", "float16")
+    assert resolve_placement("auto", engine="ctranslate2") == devices.Placement("cpu", "int8")
+
+
+def test_explicit_mps_is_refused_for_ctranslate2(pretend_mps):
+    assert resolve_placement("mps", engine="torch").device == "mps"
+    with pytest.raises(ValueError, match="--device mps.*CTranslate2.*no mps backend"):
+        resolve_placement("mps", engine="ctranslate2")

@@ -79,10 +79,12 @@ def test_real_read_speech_is_recognised(transcribed):
 
 def test_no_audio_and_silence_give_empty_transcripts_with_a_note(transcribed):
     _, out = transcribed
-    assert out["no_audio"]["transcript"] == {"language": None, "segments": [],
-                                             "note": "no audio track"}
-    assert out["silent"]["transcript"]["segments"] == []
-    assert out["silent"]["transcript"]["note"] == "audio is silent"
+    # the same keys as a transcript with speech: nothing to time, so no word_timing
+    empty = {"language": None, "segments": [], "backend": "whisperx",
+             "model": "whisper-tiny.en", "word_timing": None}
+    assert out["no_audio"]["transcript"] == {**empty, "note": "no audio track"}
+    assert out["silent"]["transcript"] == {**empty, "note": "audio is silent"}
+    assert list(out["no_audio"]["transcript"])[:5] == list(out["tea"]["transcript"])
     assert "errors" not in out["no_audio"] and "errors" not in out["silent"]
 
 

@@ -12,6 +12,10 @@ from vi.core.models.sources import hub_path
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
+def _a(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
 def resolve_model(ref: str | Path, role: str | None = None) -> Path:
     """Local path of the weights that `ref` names.
 
@@ -23,8 +27,8 @@ def resolve_model(ref: str | Path, role: str | None = None) -> Path:
     spec = CATALOG.get(text)
     if spec is not None:
         if role is not None and spec.role != role:
-            raise ModelNotAvailable(f"model {text!r} is a {spec.role} model, not a {role} model; "
-                                    f"`vi models` lists the {role} models")
+            raise ModelNotAvailable(f"model {text!r} is {_a(spec.role)} model, not {_a(role)} "
+                                    f"model; `vi models` lists the {role} models")
         try:
             return spec.source.locate(text)
         except ModelNotAvailable as exc:
