@@ -10,7 +10,6 @@ So a record is either wholly in the file, exactly once, or not there and redone.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path

@@ -83,3 +83,20 @@ def broken_media(tea, tmp_path_factory) -> dict[str, Path]:
 def no_tools_needed():
     if shutil.which("ffmpeg") is None:
         pytest.skip("ffmpeg is not installed (make install installs it)")
+
+
+@pytest.fixture()
+def pretend_mps(monkeypatch):
+    """A machine whose best torch device is mps (an Apple GPU), without a CUDA GPU."""
+    import torch
+
+    class FakeMps:
+        @staticmethod
+        def is_available():
+            return True
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends, "mps", FakeMps, raising=False)
+    from vi.core import devices
+
+    monkeypatch.setattr(devices, "best_device", lambda: "mps")

@@ -47,21 +47,6 @@ def test_asking_for_a_missing_gpu_is_a_clear_error():
         resolve_placement("cuda:0", "auto")
 
 
-@pytest.fixture()
-def pretend_mps(monkeypatch):
-    """A machine whose best torch device is mps (an Apple GPU), without a CUDA GPU."""
-    import torch
-
-    class FakeMps:
-        @staticmethod
-        def is_available():
-            return True
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends, "mps", FakeMps, raising=False)
-    monkeypatch.setattr(devices, "best_device", lambda: "mps")
-
-
 def test_auto_never_picks_mps_for_ctranslate2(pretend_mps):
     assert resolve_placement("auto", engine="torch") == devices.Placement("mps", "float16")
     assert resolve_placement("auto", engine="ctranslate2") == devices.Placement("cpu", "int8")

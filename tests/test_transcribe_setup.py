@@ -76,18 +76,8 @@ def test_a_record_without_audio_does_not_load_the_asr_model(broken_media):
     assert ("transcriber", config) not in model_cache.load_counts
 
 
-def test_the_config_resolves_its_placement_once_and_never_to_mps(monkeypatch):
+def test_the_config_resolves_its_placement_once_and_never_to_mps(pretend_mps):
     """CTranslate2, the decoder of both backends, has no mps backend."""
-    import torch
-
-    class FakeMps:
-        @staticmethod
-        def is_available():
-            return True
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends, "mps", FakeMps, raising=False)
-    monkeypatch.setattr(devices, "best_device", lambda: "mps")
     assert devices.resolve_placement("auto", engine="ctranslate2").device == "cpu"
     assert transcribe.TranscribeConfig().placement == devices.Placement("cpu", "int8")
     with pytest.raises(ValueError, match="--device mps"):
