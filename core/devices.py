@@ -1,6 +1,8 @@
 """Which device and number format a model runs in: cuda, then mps, then cpu.
 
-torch is imported inside the functions: `vi --help` and `vi probe` should not pay for it.
+Each engine is asked about its own devices: CTranslate2 can say how many GPUs it sees in
+milliseconds, while importing torch to ask costs seconds and ~500 MB, which a stage that
+runs on CTranslate2 (or a run whose records need no model) should not pay.
 """
 
 from __future__ import annotations
@@ -34,20 +36,41 @@ class Placement:
         return getattr(torch, self.dtype)
 
 
-def best_device() -> str:
-    """The fastest device torch sees here."""
+def cuda_device_count(engine: str = "torch") -> int:
+    if engine == "ctranslate2":
+        import ctranslate2
+
+        return ctranslate2.get_cuda_device_count()
     import torch
 
-    if torch.cuda.is_available():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _cuda_bf16(engine: str) -> bool:
+    if engine == "ctranslate2":
+        import ctranslate2
+
+        return "bfloat16" in ctranslate2.get_supported_compute_types("cuda")
+    import torch
+
+    return torch.cuda.is_bf16_supported()
+
+
+def best_device(engine: str = "torch") -> str:
+    """The fastest device `engine` sees here."""
+    if cuda_device_count(engine):
         return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
+    if engine == "torch":
+        import torch
+
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
     return "cpu"
 
 
 def _auto_device(engine: str) -> str:
-    device = best_device()
+    device = best_device(engine)
     # An engine without the best device's backend (CTranslate2 on a Mac) runs on the CPU.
     return device if device in ENGINE_DEVICES[engine] else "cpu"
 
@@ -63,14 +86,11 @@ def _check_device(device: str, engine: str) -> None:
                          f"{kind} backend; use {' or '.join(ENGINE_DEVICES[engine])}")
     if kind == "cpu":
         return
-    import torch
-
     if kind == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
+        if best_device("torch") != "mps":
             raise ValueError(f"--device {device}: no mps device is available here")
         return
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = cuda_device_count(engine)
     if count == 0:
         raise ValueError(f"--device {device}: no cuda device is available here")
     if int(index or 0) >= count:
@@ -80,9 +100,7 @@ def _check_device(device: str, engine: str) -> None:
 
 def _auto_dtype(kind: str, engine: str) -> str:
     if kind == "cuda":
-        import torch
-
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        return "bfloat16" if _cuda_bf16(engine) else "float16"
     if kind == "mps":
         return "float16"
     return "int8" if engine == "ctranslate2" else "float32"  # CTranslate2 quantizes on CPU

@@ -99,4 +99,4 @@ def pretend_mps(monkeypatch):
     monkeypatch.setattr(torch.backends, "mps", FakeMps, raising=False)
     from vi.core import devices
 
-    monkeypatch.setattr(devices, "best_device", lambda: "mps")
+    monkeypatch.setattr(devices, "best_device", lambda engine="torch": "mps")

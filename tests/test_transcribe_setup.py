@@ -114,3 +114,16 @@ def test_rms_matches_the_float64_definition():
     expected = float(np.sqrt(np.mean(audio.astype(np.float64) ** 2)))
     assert transcribe.rms(audio) == pytest.approx(expected, rel=1e-5)
     assert transcribe.rms(np.zeros(0, np.float32)) == 0.0
+
+
+def test_records_that_need_no_model_do_not_pay_for_torch(broken_media):
+    # The driver's memory (make bench) is measured on such records: start-up must stay light.
+    import subprocess
+    import sys
+
+    code = ("import sys; from vi.pipelines import transcribe as t; "
+            "c = t.TranscribeConfig(); "
+            f"t.transcribe_record({{'id': 'x', 'video': {str(broken_media['no_audio'])!r}}}, c); "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
