@@ -11,6 +11,7 @@ import typer
 from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.progress import log
+from vi.core.records import count_in_shard
 from vi.core.stream import Stage, StreamOptions, run_stage
 from vi.pipelines import probe
 
@@ -48,5 +49,4 @@ def probe_command(
                     stem, len(clashing), ", ".join(clashing))
     stage = Stage(probe.STAGE, writes=("duration", "fps", "width", "height", "has_video",
                                        "has_audio"), process=probe.probe_record)
-    total = sum(1 for r in records if opts.shard is None or opts.shard.contains(r["id"]))
-    return run_stage(stage, records, opts, total=total)
+    return run_stage(stage, records, opts, total=lambda: count_in_shard(records, opts.shard))

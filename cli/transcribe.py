@@ -8,7 +8,7 @@ import typer
 
 from vi.cli.app import app
 from vi.cli.stage import stage_command
-from vi.core.records import count_in_shard, read_records
+from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
 from vi.pipelines import transcribe
 
@@ -52,4 +52,4 @@ def transcribe_command(
     stage = Stage(transcribe.STAGE, writes=("transcript",),
                   process=lambda record: transcribe.transcribe_record(record, config))
     return run_stage(stage, read_records(opts.input, transcribe.STAGE), opts,
-                     total=count_in_shard(opts.input, opts.shard))
+                     total=lambda: count_file(opts.input, opts.shard))

@@ -38,10 +38,12 @@ class MediaInfo:
         return asdict(self)
 
 
-def _tool(name: str) -> str:
+def require_tool(name: str) -> str:
+    """The path of an external program, or a SetupError naming the Debian package to install."""
     path = shutil.which(name)
     if path is None:
-        raise SetupError(f"{name} is not installed; install ffmpeg (apt-get install ffmpeg, "
+        package = "ffmpeg" if name.startswith("ff") else name
+        raise SetupError(f"{name} is not installed; install {package} (apt-get install {package}, "
                          "or `make install` as root) and try again")
     return path
 
@@ -71,7 +73,7 @@ def _rate(text: str | None) -> float | None:
 
 def probe(path: str | Path) -> MediaInfo:
     p = check_readable(path)
-    cmd = [_tool("ffprobe"), "-v", "error", "-print_format", "json", "-show_format",
+    cmd = [require_tool("ffprobe"), "-v", "error", "-print_format", "json", "-show_format",
            "-show_streams", str(p)]
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
@@ -107,7 +109,7 @@ def probe(path: str | Path) -> MediaInfo:
 def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """The first audio stream as float32 mono at `sample_rate`, in [-1, 1]."""
     p = check_readable(path)
-    cmd = [_tool("ffmpeg"), "-nostdin", "-v", "error", "-threads", "0", "-i", str(p),
+    cmd = [require_tool("ffmpeg"), "-nostdin", "-v", "error", "-threads", "0", "-i", str(p),
            "-map", "0:a:0", "-f", "s16le", "-ac", "1", "-acodec", "pcm_s16le",
            "-ar", str(sample_rate), "-"]
     try:

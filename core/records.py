@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -127,14 +127,19 @@ def read_records(path: Path | None, stage: str) -> Iterator[Record]:
             source.close()
 
 
-def count_in_shard(path: Path | None, shard) -> int | None:
+def count_in_shard(records: Iterable[Record], shard) -> int:
+    """How many of `records` a run with `shard` will see."""
+    return sum(1 for record in records if shard is None or shard.contains(record["id"]))
+
+
+def count_file(path: Path | None, shard) -> int | None:
     """How many records of FILE a run will see (for the progress bar's ETA); None for stdin."""
     if path is None or str(path) == "-":
         return None
-    if shard is None:
+    if shard is None:  # no need to parse: count the non-blank lines
         with open(path, "rb") as handle:
             return sum(1 for line in handle if line.strip())
-    return sum(1 for record in read_records(path, "count") if shard.contains(record["id"]))
+    return count_in_shard(read_records(path, "count"), shard)
 
 
 def dumps(record: Record) -> bytes:

@@ -187,8 +187,12 @@ def _as_error(record: Record, stage: str, exc: Exception) -> Record:
 
 
 def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
-              total: int | None = None) -> Report:
-    """Run `stage` over `records` under the record contract; return the counts."""
+              total: Callable[[], int | None] | None = None) -> Report:
+    """Run `stage` over `records` under the record contract; return the counts.
+
+    `total` counts the records in scope, for the progress bar's ETA; it is called only when
+    a bar is shown, since counting may mean reading the input twice.
+    """
     report = Report(stage=stage.name)
     _refuse_same_file(opts)
     sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
@@ -199,7 +203,8 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
     progress = make_progress(opts.quiet)
     try:
         with progress:
-            task = progress.add_task(stage.name, total=total)
+            task = progress.add_task(stage.name, total=None if opts.quiet or total is None
+                                     else total())
             scoped = _in_scope(records, opts, done, report, lambda: progress.advance(task))
             for batch in _batches(scoped, max(1, stage.batch_size)):
                 for record, result in zip(batch, _results(stage, batch)):

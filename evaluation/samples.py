@@ -20,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vi.core.errors import SetupError
+from vi.core.media import require_tool
+
 TEA_SCRIPT = (
     "Today I will show you how to make a cup of tea.",
     "First, fill the kettle with fresh water and switch it on.",
@@ -43,11 +46,10 @@ class Sentence:
 
 
 def _need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise SystemExit(f"{tool} is needed to make the sample: apt-get install "
-                         f"{'ffmpeg' if tool.startswith('ff') else tool} (or run make install as root)")
-    return path
+    try:
+        return require_tool(tool)
+    except SetupError as exc:
+        raise SystemExit(f"making the sample: {exc}") from None
 
 
 def speak(text: str, path: Path, voice: str = "en-us", wpm: int = 140) -> np.ndarray:

@@ -29,6 +29,7 @@ from vi.pipelines.sentences import ABBREVIATIONS, split_sentences
 STAGE = "transcribe"
 BACKENDS = ("whisperx", "faster-whisper")
 HOP = 160  # audio samples per mel frame at 16 kHz
+WHISPER_WORD_TIMING = "whisper cross-attention (faster-whisper DTW)"
 MIN_SPEECH_RMS = 1e-4  # below this the track is digital silence: nothing to decode
 
 
@@ -376,7 +377,7 @@ class Transcriber:
             return language, segments, f"wav2vec2 alignment ({name})"
         words = [w for chunk, raw in zip(chunks, pipe.model.chunk_words)
                  for w in _words(raw, chunk["start"])]
-        return language, split_sentences(words), "whisper cross-attention (faster-whisper DTW)"
+        return language, split_sentences(words), WHISPER_WORD_TIMING
 
     def _faster_whisper(self, audio: np.ndarray):
         model, batched = self.engine
@@ -388,7 +389,7 @@ class Transcriber:
         else:
             segments, info = model.transcribe(audio, **options)
         words = [w for seg in segments for w in _words([x._asdict() for x in seg.words or []])]
-        return info.language, split_sentences(words), "whisper cross-attention (faster-whisper DTW)"
+        return info.language, split_sentences(words), WHISPER_WORD_TIMING
 
 
 def audio_source(record: dict) -> str:

@@ -92,15 +92,17 @@ def test_whisper_size_names_resolve_through_the_hub_cache_only(tea, tmp_path):
 
 
 def test_progress_total_counts_only_this_shard(tmp_path):
-    from vi.core.records import count_in_shard
+    from vi.core.records import count_file, count_in_shard
     from vi.core.sharding import Shard
 
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"id": f"r{i}"}) + "\n" for i in range(100)) + "\n")
-    assert count_in_shard(path, None) == 100
-    parts = [count_in_shard(path, Shard(i, 4)) for i in range(4)]
+    assert count_file(path, None) == 100
+    parts = [count_file(path, Shard(i, 4)) for i in range(4)]
     assert sum(parts) == 100 and all(parts)
-    assert count_in_shard(None, None) is None
+    assert count_file(None, None) is None
+    records = [{"id": f"r{i}"} for i in range(100)]
+    assert [count_in_shard(records, Shard(i, 4)) for i in range(4)] == parts
 
 
 def test_bad_input_lines_are_kept_counted_as_failures_and_set_exit_3():

@@ -194,3 +194,12 @@ def test_errors_from_an_earlier_run_of_the_same_stage_count_as_skipped(tmp_path)
     earlier = {"id": "a", "errors": [{"stage": "double", "kind": "k", "message": "m"}]}
     report, out = run([earlier, {"id": "b", "x": 1}], tmp_path)
     assert out[0] == earlier and (report.ok, report.failed, report.skipped) == (1, 0, 1)
+
+
+def test_the_progress_total_is_not_counted_when_no_bar_is_shown(tmp_path):
+    def count():
+        raise AssertionError("counted the input for a bar nobody sees")
+
+    report = run_stage(STAGE, [{"id": "a", "x": 1}],
+                       StreamOptions(output=tmp_path / "o.jsonl", quiet=True), total=count)
+    assert report.ok == 1
