@@ -8,10 +8,12 @@ STAMPS := $(VENV)/.stamps
 OUT ?= out
 PYTEST_ARGS ?=
 
-.PHONY: install install-models-extra system-deps sample demo test test-fast bench wheel-check clean help
+.PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset test test-fast \
+	bench wheel-check clean help
 
 help:
-	@echo "make demo    set up if needed, then run the pipeline on the bundled sample"
+	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
+	@echo "make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]   the pipeline on your videos"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -19,12 +21,14 @@ help:
 install: $(STAMPS)/install
 
 # System packages: ffmpeg (media), espeak-ng (makes the narrated sample), pocketsphinx test
-# clips (real narrated audio for the tests). Installed with apt only when missing and root.
+# clips (real narrated audio for the tests), opencv-doc (real photos for the how-to
+# samples). Installed with apt only when missing and root.
 system-deps:
 	@missing=""; \
 	for cmd in ffmpeg:ffmpeg ffprobe:ffmpeg espeak-ng:espeak-ng; do \
 	  command -v $${cmd%%:*} >/dev/null || missing="$$missing $${cmd##*:}"; done; \
 	[ -d /usr/share/pocketsphinx/test/data/librivox ] || missing="$$missing pocketsphinx-testdata"; \
+	[ -f /usr/share/doc/opencv-doc/examples/data/orange.jpg ] || missing="$$missing opencv-doc"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing system packages:$$missing"; \
@@ -50,10 +54,30 @@ install-models-extra: $(STAMPS)/install
 sample: $(STAMPS)/install
 	$(BIN)/python -m vi.evaluation.samples $(OUT)/sample
 
+# The ShowHowTo pipeline on the bundled how-to sample, with the embedded models only.
+DEMO := $(OUT)/demo
 demo: sample
-	@echo "== vi probe | vi transcribe on the bundled narrated sample"
-	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(OUT)/demo/transcripts.jsonl --overwrite
-	@$(BIN)/python -m vi.evaluation.show_transcript $(OUT)/demo/transcripts.jsonl
+	@echo "== vi probe | transcribe | filter-instructional | extract-steps | align-frames, then export"
+	$(VI) probe $(OUT)/sample/fruit_salad.mp4 | $(VI) transcribe | $(VI) filter-instructional \
+	  | $(VI) extract-steps | $(VI) align-frames --frames-dir $(DEMO)/frames \
+	  --output $(DEMO)/steps.jsonl --overwrite
+	$(VI) export showhowto --input $(DEMO)/steps.jsonl --out $(DEMO)/showhowto --overwrite
+	@$(BIN)/python -m vi.evaluation.show_steps $(DEMO)/steps.jsonl $(DEMO)/showhowto
+
+demo-transcribe: sample
+	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite
+	@$(BIN)/python -m vi.evaluation.show_transcript $(DEMO)/transcripts.jsonl
+
+# The whole pipeline on a list of videos, SHARDS shards in parallel (each loads its own
+# models); every stage's output is kept under OUT/work, so running it again resumes.
+SHARDS ?= 1
+showhowto-dataset: $(STAMPS)/install
+	@[ -n "$(VIDEOS)" ] || { echo "usage: make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]"; exit 2; }
+	seq 0 $$(( $(SHARDS) - 1 )) | xargs -P $(SHARDS) -I{} \
+	  env VI=$(VI) cli/examples/showhowto_dataset.sh $(VIDEOS) $(OUT) {} $(SHARDS)
+	cat $(OUT)/work/aligned.*-of-$(SHARDS).jsonl > $(OUT)/aligned.jsonl
+	$(VI) export showhowto --out $(OUT)/dataset --index-only
+	@echo "dataset: $(OUT)/dataset (prompts.json + imgseqs*/); records: $(OUT)/aligned.jsonl"
 
 test: $(STAMPS)/install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -5,7 +5,11 @@ gaps, so the ground truth (what is said, from when to when) is exact: tests chec
 transcription against it, and later stages check step extraction and frame alignment.
 Each sentence has its own still image, so the picture changes with the step.
 
-    python -m vi.evaluation.samples OUTDIR      # writes OUTDIR/tea.mp4 and OUTDIR/tea.json
+The how-to samples (`HOWTO_SAMPLES`) show a real photo during each step that has one (from
+Debian's opencv-doc: an apple, an orange, a squirrel, ...), so a frame aligner has something
+real to find; a step without a photo shows a plain coloured card.
+
+    python -m vi.evaluation.samples OUTDIR   # tea, fruit_salad, ...: OUTDIR/NAME.mp4 + NAME.json
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ TEA_SCRIPT = (
 )
 GAP_S = 0.8  # silence between sentences, and before the first
 RATE = 22_050  # espeak-ng's native rate
+PHOTOS = Path("/usr/share/doc/opencv-doc/examples/data")  # Debian package opencv-doc
 COLOURS = ((200, 60, 60), (60, 160, 60), (60, 90, 200), (200, 170, 40), (150, 60, 170),
            (40, 170, 170), (120, 120, 120))
 
@@ -66,9 +71,15 @@ def _trim(samples: np.ndarray, threshold: int = 200) -> np.ndarray:
     return samples[loud[0]: loud[-1] + 1] if loud.size else samples
 
 
-def _still(path: Path, index: int, text: str, size=(640, 360)) -> None:
-    from PIL import Image, ImageDraw
+def _still(path: Path, index: int, text: str, size=(640, 360), photo: str | None = None) -> None:
+    from PIL import Image, ImageDraw, ImageOps
 
+    if photo is not None:  # the photo alone, letterboxed: no caption an aligner could read
+        image = Image.new("RGB", size, (0, 0, 0))
+        picture = ImageOps.contain(Image.open(PHOTOS / photo).convert("RGB"), size)
+        image.paste(picture, ((size[0] - picture.width) // 2, (size[1] - picture.height) // 2))
+        image.save(path)
+        return
     image = Image.new("RGB", size, COLOURS[index % len(COLOURS)])
     draw = ImageDraw.Draw(image)
     draw.rectangle([40, 40, size[0] - 40, size[1] - 40], outline=(255, 255, 255), width=6)
@@ -77,8 +88,8 @@ def _still(path: Path, index: int, text: str, size=(640, 360)) -> None:
     image.save(path)
 
 
-def make_narrated_video(out_dir: Path, name: str, script: tuple[str, ...], fps: int = 10
-                        ) -> tuple[Path, list[Sentence]]:
+def make_narrated_video(out_dir: Path, name: str, script: tuple[str, ...], fps: int = 10,
+                        photos: tuple[str | None, ...] | None = None) -> tuple[Path, list[Sentence]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     work = out_dir / f".{name}-parts"
     work.mkdir(exist_ok=True)
@@ -97,7 +108,7 @@ def make_narrated_video(out_dir: Path, name: str, script: tuple[str, ...], fps: 
     concat = work / "frames.txt"
     lines, shown_until = [], 0.0
     for i, sentence in enumerate(sentences):
-        _still(work / f"f{i}.png", i, sentence.text)
+        _still(work / f"f{i}.png", i, sentence.text, photo=photos[i] if photos else None)
         until = sentence.end if i < len(sentences) - 1 else cursor
         lines += [f"file 'f{i}.png'", f"duration {until - shown_until:.3f}"]
         shown_until = until
@@ -124,6 +135,64 @@ def make_tea_sample(out_dir: Path) -> Path:
     return video
 
 
+# How-to samples with known steps: (title, ((sentence, photo or None, is_step), ...)).
+# The photos are ones EfficientNet-Lite0 labels correctly (Granny Smith, orange, lemon, ...).
+HOWTO_SAMPLES: dict[str, tuple[str, tuple[tuple[str, str | None, bool], ...]]] = {
+    "fruit_salad": ("How to make a fruit salad", (
+        ("Today I will show you how to make a simple fruit salad.", None, False),
+        ("First, wash a green apple under cold water and cut it into cubes.", "apple.jpg", True),
+        ("Next, peel an orange and break it into segments.", "orange.jpg", True),
+        ("Then cut a lemon in half and squeeze the juice over the fruit.", "fruits.jpg", True),
+        ("Mix the fruit gently in a large bowl.", None, True),
+        ("Your fruit salad is ready to serve.", None, False),
+    )),
+    "garden_wildlife": ("How to photograph wildlife in your garden", (
+        ("In this video I will show you how to photograph wildlife in your garden.", None, False),
+        ("First, put some nuts on the fence to attract a squirrel.", "squirrel_cls.jpg", True),
+        ("Then plant flowers, so that a monarch butterfly lands near your camera.",
+         "butterfly.jpg", True),
+        ("At the zoo, use a long lens to take a portrait of a baboon.", "baboon.jpg", True),
+        ("That is all you need for great wildlife photos.", None, False),
+    )),
+    "ball_games": ("How to practise ball skills at home", (
+        ("Here is how to practise your ball skills at home.", None, False),
+        ("Place a soccer ball on the grass and kick it against a wall.", "messi5.jpg", True),
+        ("Bounce a ping pong ball on your paddle twenty times.", "stuff.jpg", True),
+        ("Finally, put the orange cones away and stretch your legs.", None, True),
+    )),
+}
+
+
+def make_howto_sample(out_dir: Path, name: str) -> Path:
+    """OUTDIR/NAME.mp4 and its truth NAME.json: sentences, and the steps with the interval
+    their picture is on screen (`shown`); reused if present."""
+    title, script = HOWTO_SAMPLES[name]
+    video, truth = out_dir / f"{name}.mp4", out_dir / f"{name}.json"
+    if video.exists() and truth.exists():
+        return video
+    photos = tuple(photo for _, photo, _ in script)
+    missing = [p for p in photos if p is not None and not (PHOTOS / p).exists()]
+    if missing:
+        raise SystemExit(f"making the sample {name}: photos {', '.join(missing)} are missing from "
+                         f"{PHOTOS}; install the Debian package opencv-doc (make install does)")
+    video, sentences = make_narrated_video(out_dir, name, tuple(t for t, _, _ in script), photos=photos)
+    steps, shown_from = [], 0.0
+    for sentence, (_, photo, is_step) in zip(sentences, script):
+        if is_step:
+            steps.append({"text": sentence.text, "start": sentence.start, "end": sentence.end,
+                          "shown": [shown_from, sentence.end], "photo": photo})
+        shown_from = sentence.end
+    truth.write_text(json.dumps({"video": video.name, "title": title,
+                                 "sentences": [s.__dict__ for s in sentences], "steps": steps},
+                                indent=2) + "\n")
+    return video
+
+
+def make_all(out_dir: Path) -> list[Path]:
+    return [make_tea_sample(out_dir)] + [make_howto_sample(out_dir, name) for name in HOWTO_SAMPLES]
+
+
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "out/sample")
-    print(make_tea_sample(target))
+    for made in make_all(target):
+        print(made)
