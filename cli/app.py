@@ -34,7 +34,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     # Imported for their side effect of adding commands; each is cheap to import.
-    from vi.cli import models, probe, transcribe  # noqa: F401
+    from vi.cli import (  # noqa: F401
+        align_frames, export, extract_steps, filter_instructional, models, probe, transcribe)
 
 
 def _forward_to_editor(argv: list[str]) -> None:
@@ -47,6 +48,7 @@ def _forward_to_editor(argv: list[str]) -> None:
     if len(argv) < 2 or os.path.basename(me) != "vi" or argv[1].startswith("-"):
         return
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    commands |= {g.name for g in app.registered_groups}  # vi export showhowto
     # Only a path is forwarded: a mistyped command must get our "no such command" error.
     if argv[1] in commands or not (os.path.exists(argv[1]) or os.sep in argv[1]):
         return

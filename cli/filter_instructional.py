@@ -1,0 +1,58 @@
+"""`vi filter-instructional`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vi.cli.app import app
+from vi.cli.stage import stage_command
+from vi.core.records import count_file, read_records
+from vi.core.stream import Stage, StreamOptions, run_stage
+from vi.pipelines import filter_instructional as fi
+
+
+@stage_command(
+    app, "filter-instructional",
+    summary="Label each video instructional or not with an LLM (ShowHowTo's filter).",
+    reads="[cyan]transcript[/cyan] (from vi transcribe) and [cyan]title[/cyan] when present.",
+    writes="[cyan]instructional[/cyan] = {label: true|false, reason, model}. With --drop, "
+           "records labelled false go to --rejects FILE instead of the output.",
+    example="vi transcribe -i videos.jsonl | vi filter-instructional --drop --rejects "
+            "not_howto.jsonl | vi extract-steps",
+    models="device",
+)
+def filter_instructional_command(
+    opts: StreamOptions,
+    model: Annotated[str, typer.Option(
+        help="GGUF chat model: an alias from `vi models`, a .gguf path or a cached hub id.")
+    ] = fi.FilterConfig.model,
+    prompt: Annotated[Optional[Path], typer.Option(
+        help="Your own prompt file (see the packaged prompt_templates/filter_instructional.txt "
+             "for the format); it must use ${title} and ${transcript}.")] = None,
+    max_chars: Annotated[int, typer.Option(
+        help="Transcript characters shown to the model (2,000 more for videos over 400 s).")
+    ] = fi.FilterConfig.max_chars,
+    n_ctx: Annotated[int, typer.Option(help="The model's context window, in tokens.")] = 4096,
+    drop: Annotated[bool, typer.Option(
+        help="Write records labelled not instructional to --rejects instead of the output.")
+    ] = False,
+    rejects: Annotated[Optional[Path], typer.Option(
+        help="With --drop: the JSONL file for the records set aside (nothing is lost).")
+    ] = None,
+    device: str = "auto",
+):
+    if drop and rejects is None:
+        raise ValueError("--drop needs --rejects FILE for the records it sets aside "
+                         "(--rejects /dev/null if you really want to discard them)")
+    if rejects is not None and not drop:
+        raise ValueError("--rejects FILE is only used with --drop")
+    opts.rejects = rejects
+    config = fi.FilterConfig(model=model, prompt=prompt, max_chars=max_chars, n_ctx=n_ctx,
+                             device=device, seed=opts.seed)
+    stage = Stage(fi.STAGE, writes=("instructional",), process=lambda r: fi.classify(r, config),
+                  reject=fi.is_rejected if drop else None)
+    return run_stage(stage, read_records(opts.input, fi.STAGE), opts,
+                     total=lambda: count_file(opts.input, opts.shard))

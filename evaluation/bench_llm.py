@@ -1,0 +1,68 @@
+"""`make bench`, extract-steps: vi's LLM call against the raw llama.cpp call, same prompt.
+
+vi's side is `extract_steps.extract(record)` (prompt rendering, token counting for the
+chunk plan, the schema-constrained call, parsing and repair); the raw side is one
+`Llama.create_chat_completion` on the same messages with the same JSON schema, greedy,
+from a fresh context like vi's (vi resets the context per record, so a record's steps do
+not depend on the record before it). Both share one loaded model and alternate.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample, walls
+
+TARGET_RATIO = 1.10
+
+
+def transcript_record(truth_path: Path) -> dict:
+    """A record whose transcript is the sample's exact script, timed as it is spoken."""
+    truth = json.loads(truth_path.read_text())
+    segments = [{"start": s["start"], "end": s["end"], "text": s["text"]} for s in truth["sentences"]]
+    return {"id": truth_path.stem, "title": truth["title"], "transcript": {"segments": segments},
+            "duration": segments[-1]["end"] + 1.0}
+
+
+def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None) -> dict:
+    from vi.pipelines import extract_steps as es
+    from vi.pipelines.transcript_text import speech_segments, timestamped_lines
+
+    config = es.ExtractConfig(**({"model": model} if model else {}))
+    record = transcript_record(sample_dir / "fruit_salad.json")
+    llm = config.llm()
+    messages = config.template.render(
+        title=record["title"], transcript="\n".join(timestamped_lines(speech_segments(record))))
+    tokens: dict[str, int] = {}
+
+    def vi_side():
+        steps = es.extract(record, config)["steps"]
+        tokens["vi_steps"] = len(steps["items"])
+
+    def raw_side():
+        llm.llama.reset()
+        out = llm.llama.create_chat_completion(
+            messages=messages, max_tokens=config.max_new_tokens, temperature=0.0,
+            response_format={"type": "json_object", "schema": es.STEPS_SCHEMA})
+        tokens["prompt"] = out["usage"]["prompt_tokens"]
+        tokens["completion"] = out["usage"]["completion_tokens"]
+
+    progress.print(f"  extract-steps on {record['id']} with {config.model}, {repeats} runs per side")
+    vi_side()  # warm-up: the model is loaded and the first call's allocations are done
+    samples = alternate({"vi": vi_side, "raw": raw_side}, repeats,
+                        on_sample=lambda name, s: show_sample(name, s))
+    return {"model": config.model, "record": record["id"], **tokens,
+            "vi": [s.__dict__ for s in samples["vi"]], "raw": [s.__dict__ for s in samples["raw"]]}
+
+
+def extract_steps_rows(result: dict) -> list[Row]:
+    from vi.evaluation.benchtools import Sample
+
+    vi_s = median(walls([Sample(**s) for s in result["vi"]]))
+    raw_s = median(walls([Sample(**s) for s in result["raw"]]))
+    generated = result.get("completion", 0)
+    rate = f"{generated / vi_s:.1f} vs {generated / raw_s:.1f} generated tok/s" if generated else ""
+    return [Row("extract-steps, one video", vi_s, raw_s, "s", TARGET_RATIO,
+                f"{result['model']}, {result.get('prompt', '?')} prompt + {generated} generated "
+                f"tokens, JSON-schema constrained; {rate}; raw = create_chat_completion")]

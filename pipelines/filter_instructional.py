@@ -1,0 +1,96 @@
+"""`vi filter-instructional`: keep how-to videos, set aside talks, vlogs and reviews.
+
+ShowHowTo (Sec. 3.1) asks an LLM whether a video "actively demonstrates or teaches how to
+perform a specific task with physical steps", from its title and the beginning of its
+transcript (about 1,500 characters, 2,000 more for videos over 400 s), with a few examples
+of each kind. The answer is constrained to {"answer": "Yes"|"No", "explanation": ...}, so a
+small model cannot ramble its way out of the format.
+
+A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
+without asking the model: there is no narration to mine steps from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vi.core.errors import RecordError
+from vi.core.models.llm import ChatLLM, llama_gpu_layers, load_chat_llm
+from vi.core.seeding import record_seed
+from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.transcript_text import cut_text, plain_text, speech_segments
+
+STAGE = "filter-instructional"
+NO_TITLE = "(no title)"
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "enum": ["Yes", "No"]},
+        "explanation": {"type": "string", "maxLength": 300},
+    },
+    "required": ["answer", "explanation"],
+}
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    model: str = "qwen2.5-coder-1.5b"
+    prompt: Path | None = None  # None: the packaged prompt
+    max_chars: int = 1500  # of transcript text shown to the model
+    long_video_s: float = 400.0  # videos longer than this ...
+    long_extra_chars: int = 2000  # ... show this much more
+    n_ctx: int = 4096
+    device: str = "auto"
+    seed: int = 0
+    template: ChatPrompt = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 100:
+            raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
+        llama_gpu_layers(self.device)  # a bad --device fails here, before any record
+        object.__setattr__(self, "template", load_prompt(
+            "filter_instructional", self.prompt, needs=("title", "transcript")))
+
+    def llm(self) -> ChatLLM:
+        return load_chat_llm(self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed)
+
+
+def transcript_excerpt(record: dict, config: FilterConfig) -> str:
+    segments = speech_segments(record)
+    limit = config.max_chars
+    if segments and segments[-1].end > config.long_video_s:
+        limit += config.long_extra_chars
+    return cut_text(plain_text(segments), limit)
+
+
+def parse_answer(text: str, record_id: object) -> tuple[bool, str]:
+    try:
+        reply = json.loads(text)
+        answer, reason = reply["answer"], str(reply["explanation"]).strip()
+        if answer not in ("Yes", "No"):
+            raise ValueError(f"answer {answer!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RecordError("llm_output_invalid", f"record {record_id}: the model's reply is not "
+                          f"the expected JSON ({exc}): {text[:200]!r}") from None
+    return answer == "Yes", reason
+
+
+def classify(record: dict, config: FilterConfig) -> dict:
+    excerpt = transcript_excerpt(record, config)
+    if not excerpt:
+        return {"instructional": {"label": False, "model": None, "reason":
+                "no narration: the transcript is empty or holds only music/noise captions"}}
+    title = str(record.get("title") or NO_TITLE)
+    llm = config.llm()
+    messages = config.template.render(title=title, transcript=excerpt)
+    reply = llm.chat(messages, schema=ANSWER_SCHEMA, max_tokens=160,
+                     seed=record_seed(config.seed, record["id"]) % 2**32)
+    label, reason = parse_answer(reply.text, record["id"])
+    return {"instructional": {"label": label, "reason": reason, "model": config.model}}
+
+
+def is_rejected(record: dict) -> bool:
+    """For --drop: records labelled not instructional go to --rejects."""
+    return record.get("instructional", {}).get("label") is False

@@ -1,0 +1,255 @@
+"""vi filter-instructional and vi extract-steps: prompts, transcript text, chunking, repair,
+and the stages end to end on the embedded LLMs (SmolLM2 for the mechanics, Qwen2.5 for
+the quality the README reports)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import jsonl, run_vi, shared
+from vi.core.errors import RecordError
+from vi.core.models.llm import ChatReply
+from vi.pipelines import extract_steps as es
+from vi.pipelines import filter_instructional as fi
+from vi.pipelines.chat_prompt import load_prompt, parse_prompt
+from vi.pipelines.transcript_text import Segment, cut_text, is_speech, speech_segments
+
+SMOL = "smollm2-135m"
+
+
+def record(rid: str, lines: list[tuple[float, float, str]], **extra) -> dict:
+    return {"id": rid, **extra,
+            "transcript": {"segments": [{"start": a, "end": b, "text": t} for a, b, t in lines]}}
+
+
+# --- prompts and transcript text ----------------------------------------------------------------
+
+def test_packaged_prompts_render_with_examples_and_the_transcript_last():
+    for name in ("filter_instructional", "extract_steps"):
+        messages = load_prompt(name, needs=("title", "transcript")).render(title="T", transcript="XYZ")
+        assert messages[0]["role"] == "system" and messages[-1]["role"] == "user"
+        assert "XYZ" in messages[-1]["content"] and "${" not in json.dumps(messages)
+        assert any(m["role"] == "assistant" for m in messages)  # worked examples
+
+
+@pytest.mark.parametrize("text, message", [
+    ("### user\nno transcript here ${title}", "never uses ${transcript}"),
+    ("### user\n${title} ${transcript} ${speaker}", "unknown placeholders speaker"),
+    ("### system\nhi\n### assistant\n${title} ${transcript}", "must end with a '### user'"),
+    ("### narrator\n${title} ${transcript}", "unknown turn"),
+    ("hello\n### user\n${title} ${transcript}", "text before the first turn"),
+])
+def test_a_bad_prompt_file_is_refused_with_the_reason(tmp_path, text, message):
+    path = tmp_path / "p.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_prompt("extract_steps", path, needs=("title", "transcript"))
+
+
+def test_a_bad_prompt_file_stops_the_stage_before_any_record(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("### user\nsteps please\n")
+    done = run_vi("extract-steps", "--prompt", str(path), stdin='{"id": "a"}\n')
+    assert done.returncode == 2 and "never uses ${title}" in done.stderr and done.stdout == ""
+
+
+def test_parse_prompt_keeps_json_braces_in_examples():
+    prompt = parse_prompt('### user\n{"a": 1} ${title} ${transcript}', "inline")
+    assert prompt.render(title="t", transcript="x")[0]["content"] == '{"a": 1} t x'
+
+
+def test_music_and_noise_captions_are_not_speech():
+    assert not any(is_speech(t) for t in ["[Music]", "♪ la la ♪", "(applause)", "*laughs*", "♪♪", ""])
+    assert is_speech("Now add the flour [Music]")
+
+
+def test_cut_text_cuts_at_a_word_and_marks_the_cut():
+    assert cut_text("short", 100) == "short"
+    cut = cut_text("alpha beta gamma delta", 13)
+    assert cut == "alpha beta..." and len(cut) <= 16
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"id": "a"}, "no 'transcript' field"),
+    ({"id": "a", "transcript": {"segments": "x"}}, "must be a list"),
+    ({"id": "a", "transcript": {"segments": [{"start": 0, "end": 1}]}}, "no 'text' string"),
+    ({"id": "a", "transcript": {"segments": [{"start": "0", "end": 1, "text": "hi"}]}}, "'start' is '0'"),
+])
+def test_bad_transcripts_are_specific_record_errors(bad, message):
+    with pytest.raises(RecordError, match=re.escape(message)):
+        speech_segments(bad)
+
+
+# --- validation and repair of the model's steps -----------------------------------------------
+
+def test_steps_are_repaired_where_safe_and_dropped_where_not():
+    raw = [
+        {"instruction": "Boil water.", "start": 12.0, "end": 10.0},  # swapped
+        {"instruction": "Chop onions.", "start": 2.0, "end": 5.0},  # out of order
+        {"instruction": "Serve.", "start": 58.9, "end": 61.5},  # just past the end: clamped
+        {"instruction": "Dance.", "start": 300.0, "end": 310.0},  # far outside: dropped
+        {"instruction": "  ", "start": 1.0, "end": 2.0},  # no text: dropped
+        {"instruction": "Stir.", "start": "soon", "end": 3.0},  # not numbers: dropped
+        {"instruction": "boil water.", "start": 12.5, "end": 14.0},  # repeat: merged
+    ]
+    items, repairs = es.validate_steps(raw, duration=60.0, tolerance=2.0)
+    assert items == [{"text": "Chop onions.", "start": 2.0, "end": 5.0},
+                     {"text": "Boil water.", "start": 10.0, "end": 14.0},
+                     {"text": "Serve.", "start": 58.9, "end": 60.0}]
+    text = " | ".join(repairs)
+    for expected in ("swapped", "clamped", "outside the video", "no instruction text",
+                     "not numbers", "reordered", "merged"):
+        assert expected in text
+
+
+def test_a_reply_that_breaks_the_schema_is_a_record_error():
+    with pytest.raises(RecordError) as info:
+        es.parse_reply('{"title": "How to", "steps": [{"instruction": "Boil', "v1")
+    assert info.value.kind == "llm_output_invalid" and "--max-new-tokens" in info.value.message
+
+
+class EchoLLM:
+    """A stand-in LLM with a small context: one step per transcript line it is shown, with
+    the line's own times, so chunking and merging can be checked exactly."""
+
+    n_ctx = 1100
+
+    def __init__(self):
+        self.calls = 0
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4 + 1
+
+    def count_message_tokens(self, messages) -> int:
+        return sum(self.count_tokens(m["content"]) + 8 for m in messages)
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        self.calls += 1
+        lines = re.findall(r'^([\d.]+) - ([\d.]+): "(.*)"$', messages[-1]["content"], re.M)
+        steps = [{"instruction": t, "start": float(a), "end": float(b)} for a, b, t in lines]
+        return ChatReply(json.dumps({"title": "How to test", "steps": steps}), 0, 0, "stop")
+
+
+def test_a_long_transcript_is_chunked_and_every_step_kept_once(monkeypatch):
+    lines = [(i * 10.0, i * 10.0 + 8, f"Do thing number {i} with care, then check it twice") for i in range(40)]
+    config = es.ExtractConfig(model=SMOL, n_ctx=4096, max_new_tokens=100, overlap_s=25.0)
+    llm = EchoLLM()
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    out = es.extract(record("long", lines, duration=400.0), config)["steps"]
+    assert out["chunks"] > 2 and llm.calls == out["chunks"]
+    assert [s["text"] for s in out["items"]] == [t for _, _, t in lines]
+    assert out["repairs"] == []
+
+
+def test_chunks_cover_every_segment_within_budget_and_overlap():
+    segments = [Segment(i * 5.0, i * 5.0 + 4, "x" * 40) for i in range(30)]
+    chunks = es.plan_chunks(segments, lambda s: 10, budget=100, overlap_s=12.0)
+    cores = [[s for s in c.segments if c.core_start <= s.start < c.core_end] for c in chunks]
+    assert sum(cores, []) == segments  # each segment in exactly one core, in order
+    assert all(len(c.segments) * 10 <= 100 for c in chunks)
+    assert any(len(c.segments) > len(core) for c, core in zip(chunks, cores))  # context shown
+
+
+def test_no_narration_is_a_clear_error_for_steps_and_a_label_for_the_filter():
+    music = record("m", [(0, 5, "[Music]"), (5, 9, "♪ ♪")])
+    with pytest.raises(RecordError) as info:
+        es.extract(music, es.ExtractConfig(model="no-such-model"))
+    assert info.value.kind == "no_narration"
+    # The filter answers without loading any model (this one does not exist).
+    out = fi.classify(music, fi.FilterConfig(model="no-such-model"))["instructional"]
+    assert out["label"] is False and out["model"] is None and "no narration" in out["reason"]
+
+
+def test_the_filter_shows_more_transcript_for_long_videos():
+    words = " ".join(["word"] * 2000)
+    short = record("s", [(0, 100, words)])
+    long = record("l", [(0, 500, words)])
+    config = fi.FilterConfig(model=SMOL)
+    assert len(fi.transcript_excerpt(short, config)) <= 1503
+    assert 3400 < len(fi.transcript_excerpt(long, config)) <= 3503
+
+
+# --- the stages on a real (small) LLM --------------------------------------------------------
+
+HOWTO = record("howto", [(0.5, 4.0, "Today we make a cup of tea."),
+                         (4.5, 9.0, "First fill the kettle with water and switch it on."),
+                         (9.5, 14.0, "Put a tea bag into a mug."),
+                         (14.5, 19.0, "Pour the boiling water over the tea bag.")],
+               title="How to make tea", duration=20.0)
+MUSIC = record("music", [(0, 10, "[Music]")])
+UPSTREAM = {"id": "broken", "errors": [{"stage": "transcribe", "kind": "x", "message": "y"}]}
+
+
+@pytest.mark.slow
+def test_filter_drop_routes_every_record_to_exactly_one_file_and_resumes(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [HOWTO, MUSIC, UPSTREAM]))
+    out, rejects = tmp_path / "out.jsonl", tmp_path / "rejects.jsonl"
+    args = ["filter-instructional", "--model", SMOL, "-i", str(src), "-o", str(out),
+            "--drop", "--rejects", str(rejects), "-q"]
+    done = run_vi(*args)
+    assert done.returncode == 0, done.stderr
+    kept, set_aside = jsonl(out.read_text()), jsonl(rejects.read_text())
+    assert sorted(r["id"] for r in kept + set_aside) == ["broken", "howto", "music"]
+    assert all(r["instructional"]["label"] is False for r in set_aside)
+    assert "music" in {r["id"] for r in set_aside}
+    assert {"label", "reason", "model"} <= set(next(r for r in kept + set_aside
+                                                   if r["id"] == "howto")["instructional"])
+    again = run_vi(*args[:-1], "--resume", "-q")  # nothing left to do, nothing duplicated
+    assert again.returncode == 0 and "3 already done" in again.stderr
+    assert len(jsonl(out.read_text()) + jsonl(rejects.read_text())) == 3
+
+
+def test_drop_without_rejects_is_refused():
+    done = run_vi("filter-instructional", "--drop", stdin="")
+    assert done.returncode == 2 and "--drop needs --rejects FILE" in done.stderr
+
+
+@pytest.mark.slow
+def test_extract_steps_on_a_small_llm_is_valid_or_a_clear_error_and_deterministic(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [HOWTO, MUSIC]))
+    args = ["extract-steps", "--model", SMOL, "--max-new-tokens", "300", "-i", str(src), "-q"]
+    first, second = run_vi(*args), run_vi(*args)
+    assert first.stdout == second.stdout  # greedy decoding: same input, same steps
+    by_id = {r["id"]: r for r in jsonl(first.stdout)}
+    assert by_id["music"]["errors"][-1]["kind"] == "no_narration"
+    howto = by_id["howto"]
+    if "errors" in howto:  # a 135 M model may ramble past the budget: then a clear error
+        assert howto["errors"][-1]["kind"] in ("llm_output_invalid", "no_steps")
+    else:
+        items = howto["steps"]["items"]
+        assert items and all(0 <= s["start"] <= s["end"] <= 20.0 for s in items)
+        assert [s["start"] for s in items] == sorted(s["start"] for s in items)
+
+
+# --- quality on real transcripts, with the default model (Qwen2.5-Coder-1.5B) ---------------
+
+@pytest.fixture(scope="module")
+def pressure_cooker() -> dict:
+    return json.loads(shared("showhowto", "pressure_cooker_transcript.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_default_filter_keeps_a_real_howto_and_drops_a_real_talk(pressure_cooker, tmp_path):
+    talk = shared("laion_talk", "laion_talk.mp4")
+    transcribed = run_vi("transcribe", "-q", stdin=json.dumps({"id": "talk", "video": str(talk)}) + "\n")
+    records = jsonl(transcribed.stdout) + [pressure_cooker]
+    done = run_vi("filter-instructional", "-q", stdin="".join(json.dumps(r) + "\n" for r in records))
+    labels = {r["id"]: r["instructional"]["label"] for r in jsonl(done.stdout)}
+    assert labels == {"talk": False, "pressure_cooker_potato": True}, done.stderr
+
+
+@pytest.mark.slow
+def test_the_default_model_extracts_ordered_plausible_steps(pressure_cooker):
+    done = run_vi("extract-steps", "-q", stdin=json.dumps(pressure_cooker) + "\n")
+    steps = jsonl(done.stdout)[0]["steps"]
+    items = steps["items"]
+    assert len(items) >= 3 and "potato" in steps["title"].lower()
+    assert all(0 <= s["start"] <= s["end"] <= 135.1 for s in items)
+    assert [s["start"] for s in items] == sorted(s["start"] for s in items)
+    words = " ".join(s["text"].lower() for s in items)
+    assert sum(w in words for w in ("potato", "foil", "water", "steam", "cook")) >= 3
