@@ -2,13 +2,17 @@
 
     python -m vi.evaluation.bench --sample out/sample --out out/bench
 
-One run (about 4-5 minutes on 2 CPU cores) measures:
+One run (about 8 minutes on 2 CPU cores) measures:
 - transcribe: vi in process, steady state (`transcribe_record` with the model loaded) and end
   to end (the `vi transcribe` command a user runs), each against the raw whisperx
   load_model + transcribe on the same audio, model, device and threads. vi also computes word
   times and sentence segments, which the raw call does not: that cost is timed on its own.
 - probe: `vi probe DIR` per file against one ffprobe subprocess per file.
 - peak memory of a stage on 10 and on 1,000 records: it must not grow with the record count.
+- align-frames: decoding only the candidate frames vs decoding every frame with decord, and
+  the stage's encoder vs the encoder alone on the same frames (`bench_align`).
+- extract-steps: vi's call vs the raw llama.cpp chat completion on the same prompt and JSON
+  schema (`bench_llm`).
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -35,6 +39,8 @@ from typing import Any
 
 from rich.console import Console
 from vi.core.sink import claim_stdout
+from vi.evaluation.bench_align import bench_align_frames
+from vi.evaluation.bench_llm import bench_extract_steps, extract_steps_rows
 from vi.evaluation.benchtools import (
     Row,
     Sample,
@@ -336,6 +342,11 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         counts = " and ".join(f"{c:,}" for c in MEMORY_COUNTS)
         with section(f"c. peak memory on {counts} records", results, "memory"):
             results["memory"] = bench_memory(video, work)
+        with section("d. align-frames on the how-to samples", results, "align_frames"):
+            results["align_frames"] = [asdict(row) for row in bench_align_frames(sample, out)]
+        with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results,
+                     "extract_steps"):
+            results["extract_steps"] = bench_extract_steps(sample)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -343,7 +354,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
 
 def all_rows(results: dict) -> list[Row]:
     return (transcribe_rows(results["transcribe_in_process"], results["transcribe_end_to_end"])
-            + probe_rows(results["probe"]) + memory_rows(results["memory"]))
+            + probe_rows(results["probe"]) + memory_rows(results["memory"])
+            + [Row(**row) for row in results["align_frames"]]
+            + extract_steps_rows(results["extract_steps"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:

@@ -62,7 +62,8 @@ def extract_steps_rows(result: dict) -> list[Row]:
     vi_s = median(walls([Sample(**s) for s in result["vi"]]))
     raw_s = median(walls([Sample(**s) for s in result["raw"]]))
     generated = result.get("completion", 0)
-    rate = f"{generated / vi_s:.1f} vs {generated / raw_s:.1f} generated tok/s" if generated else ""
+    rate = (f"{generated / vi_s:.1f} vs {generated / raw_s:.1f} generated tokens per second of the call"
+            if generated else "")
     return [Row("extract-steps, one video", vi_s, raw_s, "s", TARGET_RATIO,
                 f"{result['model']}, {result.get('prompt', '?')} prompt + {generated} generated "
                 f"tokens, JSON-schema constrained; {rate}; raw = create_chat_completion")]
