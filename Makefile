@@ -1,5 +1,7 @@
 # vi: set-up, demo, tests and benchmarks. Every target sets up what it needs first.
 SHELL := /bin/bash
+# A failed stage in a pipe (vi transcribe | vi extract-steps) fails the target.
+.SHELLFLAGS := -o pipefail -ec
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin

@@ -123,6 +123,21 @@ def read_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     return np.frombuffer(done.stdout, np.int16).astype(np.float32) / 32768.0
 
 
+def video_span(path: str | Path) -> float:
+    """Seconds the video frames cover (frame count / fps): shorter than the container's
+    duration when the audio runs on past the last frame. Reads the index, decodes nothing."""
+    from decord import DECORDError, VideoReader, cpu
+
+    p = check_readable(path)
+    try:
+        reader = VideoReader(str(p), ctx=cpu(0), width=16, height=16)
+    except (DECORDError, RuntimeError) as exc:
+        raise RecordError("unreadable_media", f"{p}: decord cannot open it as video ({exc})"
+                          ) from None
+    fps = reader.get_avg_fps()
+    return len(reader) / fps if fps > 0 else 0.0
+
+
 def read_frames(path: str | Path, times: list[float], width: int = -1, height: int = -1
                 ) -> np.ndarray:
     """RGB frames (N, H, W, 3) uint8 nearest to each time in `times`, in the order asked.

@@ -57,5 +57,10 @@ class Shard:
 
 
 def shard_of(record_id: object, count: int) -> int:
-    digest = hashlib.sha1(str(record_id).encode("utf-8", "surrogateescape")).digest()
+    text = str(record_id)
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate outside surrogateescape's range (\ud800)
+        data = text.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(data).digest()
     return int.from_bytes(digest[:8], "big") % count

@@ -10,6 +10,7 @@ So a record is either wholly in the file, exactly once, or not there and redone.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -86,7 +87,11 @@ class FileSink:
             data = data[written:]
 
     def close(self) -> None:
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:  # /dev/null, pipes and some FUSE mounts cannot fsync
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                raise
         os.close(self._fd)
 
 

@@ -184,7 +184,11 @@ def _refuse_same_file(opts: StreamOptions) -> None:
              ("--input", opts.input, "--rejects", opts.rejects),
              ("--output", opts.output, "--rejects", opts.rejects)]
     for name_a, a, name_b, b in pairs:
-        if a is not None and b is not None and a.exists() and b.exists() and os.path.samefile(a, b):
+        if a is None or b is None or str(a) == "-" or str(b) == "-":
+            continue
+        same = (os.path.samefile(a, b) if a.exists() and b.exists()
+                else a.resolve() == b.resolve())  # a file neither run has made yet
+        if same:
             raise ValueError(f"{name_a} and {name_b} are the same file ({b}); "
                              "give each its own file")
 

@@ -203,6 +203,8 @@ def encode_video_frames(scorer, path: Path, times: list[float], width: int, heig
 def align_record(record: dict, config: AlignConfig) -> dict:
     items = parse_steps(record)
     path, duration, width, height = video_geometry(record)
+    # Past the last frame every time decodes to that same frame: never a candidate.
+    duration = min(duration, media.video_span(path))
     windows, times = candidate_windows(items, config.fps, config.eps, duration)
     scorer = scorer_for(config.scorer, config.placement, config.batch_size).for_record(config.seed, record["id"])
     chosen: list[int | None] = [None] * len(items)

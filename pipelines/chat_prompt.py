@@ -25,8 +25,12 @@ class ChatPrompt:
 
     def placeholders(self) -> set[str]:
         names = set()
-        for _, text in self.turns:
+        for role, text in self.turns:
             for match in string.Template.pattern.finditer(text):
+                if match.group("invalid") is not None:
+                    line = text.count("\n", 0, match.start()) + 1
+                    raise ValueError(f"{self.source}: a '$' in the {role} turn (its line {line}) "
+                                     "starts no placeholder; write $$ for a literal dollar sign")
                 names.add(match.group("named") or match.group("braced"))
         return names - {None}
 

@@ -78,7 +78,7 @@ def safe_key(record_id: str) -> str:
     if re.fullmatch(rf"[A-Za-z0-9_-]{{1,{KEY_MAX_CHARS}}}", record_id):
         return record_id
     cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", record_id)[:KEY_MAX_CHARS]
-    return f"{cleaned}-{hashlib.sha1(record_id.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+    return f"{cleaned}-{hashlib.sha1(record_id.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def _number(value: Any) -> bool:
@@ -185,7 +185,11 @@ def encode_jpeg(strip: Image.Image, quality: int) -> bytes:
 
 
 def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    """UTF-8 JSON; escaped ASCII when a string holds a lone surrogate (still the same value)."""
+    try:
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vi.core.errors import RecordError
-from vi.core.models.llm import ChatLLM, llama_gpu_layers, load_chat_llm
+from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.transcript_text import Segment, speech_segments, timestamped_lines
@@ -64,6 +64,7 @@ class ExtractConfig:
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
         llama_gpu_layers(self.device)
+        gguf_path(self.model)  # a missing model stops the stage before any record (exit 5)
         object.__setattr__(self, "template", load_prompt(
             "extract_steps", self.prompt, needs=("title", "transcript")))
 
@@ -189,8 +190,14 @@ def extract(record: dict, config: ExtractConfig) -> dict:
     if budget < 100:
         raise RecordError("context_too_small", f"record {record['id']}: the prompt leaves "
                           f"{budget} tokens for the transcript; raise --n-ctx or shorten --prompt")
-    chunks = plan_chunks(segments, lambda s: llm.count_tokens(timestamped_lines([s])[0]) + 1,
-                         budget, config.overlap_s)
+    line_tokens = {s: llm.count_tokens(timestamped_lines([s])[0]) + 1 for s in segments}
+    longest = max(line_tokens.values())
+    if longest > budget:
+        raise RecordError("context_too_small", f"record {record['id']}: one transcript segment is "
+                          f"{longest} tokens, more than the {budget} the prompt leaves in --n-ctx "
+                          f"{config.n_ctx}; raise --n-ctx (or re-run vi transcribe, which cuts "
+                          "segments at sentences)")
+    chunks = plan_chunks(segments, line_tokens.__getitem__, budget, config.overlap_s)
     titles, raw = [], []
     for n, chunk in enumerate(chunks):
         messages = config.template.render(

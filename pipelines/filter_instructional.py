@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vi.core.errors import RecordError
-from vi.core.models.llm import ChatLLM, llama_gpu_layers, load_chat_llm
+from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.transcript_text import cut_text, plain_text, speech_segments
@@ -49,7 +49,8 @@ class FilterConfig:
     def __post_init__(self) -> None:
         if self.max_chars < 100:
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
-        llama_gpu_layers(self.device)  # a bad --device fails here, before any record
+        llama_gpu_layers(self.device)
+        gguf_path(self.model)  # a missing model stops the stage before any record (exit 5)  # a bad --device fails here, before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))
 
@@ -60,7 +61,10 @@ class FilterConfig:
 def transcript_excerpt(record: dict, config: FilterConfig) -> str:
     segments = speech_segments(record)
     limit = config.max_chars
-    if segments and segments[-1].end > config.long_video_s:
+    duration = record.get("duration")
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+        duration = segments[-1].end if segments else 0.0
+    if duration > config.long_video_s:
         limit += config.long_extra_chars
     return cut_text(plain_text(segments), limit)
 

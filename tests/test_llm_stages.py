@@ -153,14 +153,53 @@ def test_chunks_cover_every_segment_within_budget_and_overlap():
     assert any(len(c.segments) > len(core) for c, core in zip(chunks, cores))  # context shown
 
 
-def test_no_narration_is_a_clear_error_for_steps_and_a_label_for_the_filter():
+def test_no_narration_is_a_clear_error_for_steps_and_a_label_for_the_filter(monkeypatch):
     music = record("m", [(0, 5, "[Music]"), (5, 9, "♪ ♪")])
+
+    def no_model(self):
+        raise AssertionError("no model is needed for a record without speech")
+
+    monkeypatch.setattr(es.ExtractConfig, "llm", no_model)
+    monkeypatch.setattr(fi.FilterConfig, "llm", no_model)
     with pytest.raises(RecordError) as info:
-        es.extract(music, es.ExtractConfig(model="no-such-model"))
+        es.extract(music, es.ExtractConfig(model=SMOL))
     assert info.value.kind == "no_narration"
-    # The filter answers without loading any model (this one does not exist).
-    out = fi.classify(music, fi.FilterConfig(model="no-such-model"))["instructional"]
+    out = fi.classify(music, fi.FilterConfig(model=SMOL))["instructional"]
     assert out["label"] is False and out["model"] is None and "no narration" in out["reason"]
+
+
+@pytest.mark.parametrize("stage", ["filter-instructional", "extract-steps"])
+def test_a_missing_model_stops_the_stage_before_any_record(stage):
+    done = run_vi(stage, "--model", "no-such-model", stdin=json.dumps(MUSIC) + "\n")
+    assert done.returncode == 5 and done.stdout == "" and "no-such-model" in done.stderr
+
+
+def test_a_stray_dollar_in_a_prompt_is_refused_before_any_record(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("### user\nIt costs $5. ${title} ${transcript}\n")
+    with pytest.raises(ValueError, match=r"starts no placeholder; write \$\$"):
+        load_prompt("extract_steps", path, needs=("title", "transcript"))
+
+
+def test_a_transcript_line_longer_than_the_context_is_a_clear_error(monkeypatch):
+    llm = EchoLLM()
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    huge = record("huge", [(0.0, 60.0, "word " * 3000)])
+    with pytest.raises(RecordError) as info:
+        es.extract(huge, es.ExtractConfig(model=SMOL, max_new_tokens=100))
+    assert info.value.kind == "context_too_small" and llm.calls == 0
+
+
+def test_rejects_to_dev_null_works_and_one_new_file_for_both_is_refused(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(MUSIC) + "\n")
+    done = run_vi("filter-instructional", "--model", SMOL, "-i", str(src), "--drop",
+                  "--rejects", "/dev/null", "-q")
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    out = tmp_path / "out.jsonl"
+    same = run_vi("filter-instructional", "--model", SMOL, "-i", str(src), "-o", str(out),
+                  "--drop", "--rejects", str(tmp_path / "." / "out.jsonl"), "-q")
+    assert same.returncode == 2 and "are the same file" in same.stderr
 
 
 def test_the_filter_shows_more_transcript_for_long_videos():

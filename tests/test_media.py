@@ -59,3 +59,15 @@ def test_bad_files_raise_record_errors_naming_the_file(broken_media, fault, kind
 def test_audio_of_a_video_without_audio_is_a_record_error(broken_media):
     with pytest.raises(RecordError, match="audio"):
         media.read_audio(broken_media["no_audio"])
+
+
+def test_video_span_stops_at_the_last_frame_when_the_audio_runs_on(tmp_path, no_tools_needed):
+    from conftest import ffmpeg
+    from vi.core import media
+
+    clip = tmp_path / "short_video_long_audio.mp4"
+    ffmpeg("-f", "lavfi", "-i", "color=c=red:s=64x64:r=10:d=3", "-f", "lavfi", "-i",
+           "sine=frequency=440:duration=8", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+           "-c:a", "aac", str(clip))
+    assert media.probe(clip).duration > 7.5
+    assert abs(media.video_span(clip) - 3.0) < 0.15

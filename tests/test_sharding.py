@@ -33,3 +33,10 @@ def test_hash_is_pinned():
     # literal values: a change here would silently reshuffle every running array job
     assert [shard_of(x, 8) for x in ("a", "video-1", "béla")] == PINNED
     assert [shard_of(x, 1000) for x in ("a", "video-1", "béla")] == PINNED_1000
+
+
+def test_an_id_with_a_lone_surrogate_has_a_shard():
+    from vi.core.sharding import shard_of
+
+    assert 0 <= shard_of("a\ud800b", 7) < 7
+    assert shard_of("a\udc80b", 7) == shard_of("a\udc80b", 7)

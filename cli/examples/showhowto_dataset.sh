@@ -13,11 +13,14 @@
 # OUTDIR/dataset/{prompts.json,imgseqs-<I>-of-<N>/}   ShowHowTo's training layout
 #
 # Models and options come from the environment: ASR_MODEL, LLM_MODEL, CLIP_MODEL, VI (the
-# vi command), VI_STAGE_ARGS (added to every model stage, e.g. "--device cuda:0").
+# vi command), VI_STAGE_ARGS (added to every model stage, e.g. "--device cuda:0"; all of them
+# take --device, only transcribe and align-frames take --dtype). Without SHARD NSHARDS, a
+# Slurm array task takes its own shard: (TASK_ID - TASK_MIN) / TASK_STEP of TASK_COUNT.
 set -euo pipefail
 videos=${1:?usage: showhowto_dataset.sh VIDEOS.txt OUTDIR [SHARD NSHARDS]}
 out=${2:?usage: showhowto_dataset.sh VIDEOS.txt OUTDIR [SHARD NSHARDS]}
-shard=${3:-${SLURM_ARRAY_TASK_ID:-0}}
+slurm_shard=$(( (${SLURM_ARRAY_TASK_ID:-0} - ${SLURM_ARRAY_TASK_MIN:-0}) / ${SLURM_ARRAY_TASK_STEP:-1} ))
+shard=${3:-$slurm_shard}
 nshards=${4:-${SLURM_ARRAY_TASK_COUNT:-1}}
 vi=${VI:-vi}
 tag="$shard-of-$nshards"
@@ -32,14 +35,14 @@ run() { "$@" || { rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; }; }
 common=(--shard "$shard/$nshards" --resume --quiet)
 run "$vi" probe --list "$videos" -o "$work/probe.$tag.jsonl" "${common[@]}"
 run "$vi" transcribe -i "$work/probe.$tag.jsonl" -o "$work/transcripts.$tag.jsonl" \
-  --model "${ASR_MODEL:-whisper-tiny.en}" "${common[@]}" "${extra[@]}"
+  --model "${ASR_MODEL:-whisper-tiny.en}" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" filter-instructional -i "$work/transcripts.$tag.jsonl" -o "$work/instructional.$tag.jsonl" \
   --drop --rejects "$work/not_instructional.$tag.jsonl" \
-  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" "${extra[@]}"
+  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" extract-steps -i "$work/instructional.$tag.jsonl" -o "$work/steps.$tag.jsonl" \
-  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" "${extra[@]}"
+  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" align-frames -i "$work/steps.$tag.jsonl" -o "$work/aligned.$tag.jsonl" \
-  --model "${CLIP_MODEL:-auto}" --frames-dir "$out/frames" "${common[@]}" "${extra[@]}"
+  --model "${CLIP_MODEL:-auto}" --frames-dir "$out/frames" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" export showhowto -i "$work/aligned.$tag.jsonl" --out "$out/dataset" \
   --shard "$shard/$nshards" --resume --quiet
 echo "shard $tag done: $out/dataset" >&2

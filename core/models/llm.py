@@ -38,8 +38,8 @@ def gpu_offload_supported() -> bool:
 
 def llama_gpu_layers(device: str) -> int:
     """-1 (every layer on the GPU) or 0, from --device; a GPU llama.cpp lacks is an error."""
-    kind = device.split(":")[0]
-    if kind not in ("auto", "cpu", *GPU_KINDS):
+    kind, colon, index = device.partition(":")
+    if kind not in ("auto", "cpu", *GPU_KINDS) or (colon and (kind != "cuda" or not index.isdigit())):
         raise ValueError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
     if kind == "cpu":
         return 0
@@ -71,14 +71,19 @@ def gguf_path(ref: str) -> Path:
 class ChatLLM:
     """One loaded GGUF model: chat completions, optionally constrained to a JSON schema."""
 
-    def __init__(self, path: Path, n_ctx: int, gpu_layers: int, seed: int, threads: int):
-        from llama_cpp import Llama
+    def __init__(self, path: Path, n_ctx: int, gpu_layers: int, seed: int, threads: int,
+                 gpu_index: int | None = None):
+        import llama_cpp
 
         self.path = path
         self.name = path.name
+        # cuda:N puts the whole model on GPU N; plain cuda lets llama.cpp split it by layer
+        # over every visible GPU (its default).
+        pinned = ({"main_gpu": gpu_index, "split_mode": llama_cpp.LLAMA_SPLIT_MODE_NONE}
+                  if gpu_index is not None and gpu_layers else {})
         try:
-            self.llama = Llama(model_path=str(path), n_ctx=n_ctx, n_gpu_layers=gpu_layers,
-                               seed=seed, n_threads=threads, verbose=False)
+            self.llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_gpu_layers=gpu_layers,
+                                         seed=seed, n_threads=threads, verbose=False, **pinned)
         except (ValueError, RuntimeError) as exc:
             raise SetupError(f"llama.cpp cannot load {path}: {exc}") from None
 
@@ -110,7 +115,8 @@ def load_chat_llm(ref: str, *, n_ctx: int = 4096, device: str = "auto", seed: in
                   threads: int | None = None) -> ChatLLM:
     """The model `ref`, loaded on first use and shared by every caller in this process."""
     gpu_layers = llama_gpu_layers(device)
+    gpu_index = int(device.split(":")[1]) if ":" in device else None
     path = gguf_path(ref)
     threads = threads or min(8, os.cpu_count() or 1)
-    key = ("llama.cpp", str(path), n_ctx, gpu_layers, seed, threads)
-    return load_once(key, lambda: ChatLLM(path, n_ctx, gpu_layers, seed, threads))
+    key = ("llama.cpp", str(path), n_ctx, gpu_layers, gpu_index, seed, threads)
+    return load_once(key, lambda: ChatLLM(path, n_ctx, gpu_layers, seed, threads, gpu_index))
