@@ -1,0 +1,90 @@
+"""`vi clips`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from vi.cli.app import app
+from vi.cli.stage import stage_command
+from vi.core.progress import log
+from vi.core.records import count_in_shard, read_records
+from vi.core.stream import Stage, StreamOptions, run_stage
+from vi.pipelines import clips
+
+
+@stage_command(
+    app, "clips",
+    summary="Clip records (a keystep segment of a video) for StepDiff's pairs: from a StepDiff "
+            "benchmark file, an HT-Step-style segment file, or vi extract-steps records.",
+    reads="with [cyan]--from-benchmark FILE[/cyan]: the clip ids <youtube_id>_<start>_<end> of a "
+          "DiffCap, DiffMCQ or DiffRank JSONL; with [cyan]--from-segments FILE[/cyan]: CSV/TSV/JSON/"
+          "JSONL rows with one column of each: "
+          + "; ".join("|".join(names) for names in clips.SEGMENT_COLUMNS.values()) + "; "
+          "otherwise (stdin or --input) records with [cyan]steps[/cyan], [cyan]video[/cyan], and "
+          "[cyan]duration[/cyan] and [cyan]transcript[/cyan] when present.",
+    writes="one record per clip: [cyan]id[/cyan], [cyan]video[/cyan], [cyan]start[/cyan], [cyan]end[/cyan], "
+           "[cyan]keystep[/cyan] (null for benchmark clips without --keysteps), [cyan]source_id[/cyan] (the "
+           "youtube id or source record), [cyan]step_index[/cyan] and [cyan]narration[/cyan] (steps "
+           "records), [cyan]video_duration[/cyan]. A clip that is not inside its video is an error record.",
+    example="vi clips --from-benchmark diffcap_dataset.jsonl --video-root videos/ > clips.jsonl",
+)
+def clips_command(
+    opts: StreamOptions,
+    from_benchmark: Annotated[list[Path] | None, typer.Option(
+        "--from-benchmark", metavar="FILE", help="A StepDiff benchmark JSONL (repeatable): every distinct "
+        "clip id in reference, candidate, targets, options and answer.")] = None,
+    from_segments: Annotated[Path | None, typer.Option(
+        "--from-segments", metavar="FILE", help="An HT-Step-style segment file (.csv, .tsv, .json list "
+        "or .jsonl): one clip per row.")] = None,
+    video_root: Annotated[Path | None, typer.Option(
+        help="Folder holding <youtube_id>.mp4 (or another video extension) for --from-benchmark "
+             "and --from-segments.")] = None,
+    keysteps: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="With --from-benchmark: a segment file whose rows name the keystep of "
+        "benchmark clips with the same video and times (to the millisecond).")] = None,
+    tolerance: Annotated[float, typer.Option(
+        help="Seconds a clip may end after its video's end (time stamps and files disagree "
+             "slightly).")] = 0.5,
+):
+    if from_benchmark and from_segments is not None:
+        raise ValueError("give --from-benchmark or --from-segments, not both")
+    if keysteps is not None and not from_benchmark:
+        raise ValueError("--keysteps names the keysteps of --from-benchmark clips; use it with --from-benchmark")
+    if tolerance < 0:
+        raise ValueError("--tolerance must not be negative")
+    if from_benchmark or from_segments is not None:
+        if video_root is None or not video_root.is_dir():
+            raise ValueError(f"--video-root must be a folder of <youtube_id>.mp4 files (got {video_root})")
+        if opts.input is not None:
+            raise ValueError("--input reads vi extract-steps records; with --from-benchmark or "
+                             "--from-segments the clips come from that file")
+        records = _annotated(from_benchmark or [], from_segments, video_root, keysteps)
+        total = lambda: count_in_shard(records, opts.shard)
+    else:
+        records = clips.step_clips(read_records(opts.input, clips.STAGE))
+        total = None
+    lengths = clips.VideoLengths()
+    stage = Stage(clips.STAGE, writes=("video_duration",),
+                  process=lambda record: clips.check_clip(record, lengths, tolerance))
+    return run_stage(stage, records, opts, total=total)
+
+
+def _annotated(benchmarks: list[Path], segments: Path | None, video_root: Path,
+               keysteps: Path | None) -> list[dict]:
+    if segments is not None:
+        return clips.segment_clips(segments, video_root)
+    known: dict = {}
+    if keysteps is not None:
+        known, unusable = clips.keystep_lookup(keysteps)
+        if unusable:
+            log.warning("--keysteps %s: %d rows unusable, first: %s", keysteps, len(unusable),
+                        unusable[0]["errors"][-1]["message"])
+    records, seen = [], set()
+    for path in benchmarks:  # a clip named by several files is one clip
+        for record in clips.benchmark_clips(path, video_root, known):
+            if record["id"] not in seen:
+                seen.add(record["id"])
+                records.append(record)
+    return records
