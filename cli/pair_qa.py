@@ -49,7 +49,7 @@ def prompt_overrides(specs: list[str], types: tuple[int, ...]) -> tuple[tuple[in
            "{model, sources: {reference, candidate}, generated: {type: n}, kept: {type: n}, "
            "dropped: {reason: n}}. A pair whose QA are all dropped gets qa: []; one where "
            "neither clip has a description or narration is a missing_description error.",
-    example="vi pair -i steps.jsonl | vi describe | vi pair-qa --types 1,2,3 -o pair_qa.jsonl",
+    example="vi clips -i steps.jsonl | vi describe | vi pair | vi pair-qa --types 1,2,3 -o pair_qa.jsonl",
     models="device",
 )
 def pair_qa_command(
