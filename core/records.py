@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -33,6 +34,13 @@ def with_error(record: Record, stage: str, kind: str, message: str) -> Record:
     out = dict(record)
     out[ERRORS_FIELD] = [*record.get(ERRORS_FIELD, []), make_error(stage, kind, message)]
     return out
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite JSON number (not a bool, not a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def has_errors(record: Record) -> bool:

@@ -31,6 +31,7 @@ import numpy as np
 from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
+from vi.core.records import finite_number
 from vi.pipelines import frame_scorers
 from vi.pipelines.frame_scorers import ScorerChoice
 
@@ -135,10 +136,6 @@ def candidate_windows(items: list[dict], fps: float, eps: float, duration: float
 
 # --- reading a record ---------------------------------------------------------------------
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def parse_steps(record: dict) -> list[dict]:
     """The step items, checked: each has a text and numeric start <= end."""
     steps = record.get("steps")
@@ -157,7 +154,7 @@ def parse_steps(record: dict) -> list[dict]:
             if key not in item:
                 raise RecordError("missing_field", f"{where} has no '{key}' (seconds); every step needs "
                                   "start and end")
-            if not _number(item[key]):
+            if finite_number(item[key]) is None:
                 raise RecordError("bad_field", f"{where}.{key} is {item[key]!r}, not a number of seconds")
         if item["start"] > item["end"]:
             raise RecordError("bad_field", f"{where} starts at {item['start']} s, after its end "
@@ -174,10 +171,11 @@ def video_geometry(record: dict) -> tuple[Path, float, int, int]:
         raise RecordError("missing_field", "the record has no 'video' path; run vi probe on the videos first")
     path = media.check_readable(video)
     duration, width, height = record.get("duration"), record.get("width"), record.get("height")
-    if duration is not None and not (_number(duration) and duration > 0):
+    if duration is not None and not (finite_number(duration) is not None and duration > 0):
         raise RecordError("bad_field", f"'duration' is {duration!r}, not a positive number of seconds; "
                           "drop it (vi reads the video's) or re-run vi probe")
-    if duration is None or not (_number(width) and _number(height) and width > 0 and height > 0):
+    if duration is None or not (finite_number(width) is not None and finite_number(height) is not None
+                                 and width > 0 and height > 0):
         info = media.probe(path)
         if not info.has_video:
             raise RecordError("unreadable_media", f"{path}: has no video stream, so no frames to align")

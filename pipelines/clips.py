@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -30,7 +29,8 @@ from typing import Any
 
 from vi.core import media
 from vi.core.errors import RecordError
-from vi.core.records import REJECTED, Record, content_id, has_errors, invalid_line_record, loads, with_error
+from vi.core.records import (
+    REJECTED, Record, content_id, finite_number, has_errors, invalid_line_record, loads, with_error)
 from vi.pipelines.transcript_text import is_speech, segments_of
 
 STAGE = "clips"
@@ -175,9 +175,8 @@ def _columns(path: Path, names: Iterable[str]) -> dict[str, str]:
 def _time(value: Any) -> float | None:
     if isinstance(value, str):
         value = float(value) if _SECONDS.fullmatch(value.strip()) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
+    value = finite_number(value)
+    return None if value is None or value < 0 else value
 
 
 def segment_clips(path: Path, video_root: Path | None) -> list[Record]:
@@ -236,11 +235,6 @@ def keystep_lookup(path: Path) -> tuple[dict, list[Record]]:
 
 # --- records of vi extract-steps ------------------------------------------------------------
 
-def _number(value: Any) -> float | None:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    return float(value) if ok else None
-
-
 def spoken_segments(record: Record) -> list[dict]:
     """The transcript's segments that hold speech, in time order, their times checked."""
     segments_of(record)  # a clear error for a malformed transcript, naming the segment
@@ -257,7 +251,7 @@ def narration(segments: list[dict], start: float, end: float) -> str:
         if not (seg["start"] < end and seg["end"] > start):
             continue
         words = [w for w in seg.get("words") or [] if isinstance(w, dict) and isinstance(w.get("word"), str)
-                 and _number(w.get("start")) is not None and _number(w.get("end")) is not None]
+                 and finite_number(w.get("start")) is not None and finite_number(w.get("end")) is not None]
         if words:
             spoken += [w["word"].strip() for w in words if w["start"] < end and w["end"] > start]
         else:
@@ -274,12 +268,12 @@ def _step_clips(record: Record) -> list[Record]:
     video = record.get("video")
     if not isinstance(video, str) or not video:
         raise RecordError("missing_field", f"record {record['id']}: no 'video' path; run vi probe first")
-    duration = _number(record.get("duration"))
+    duration = finite_number(record.get("duration"))
     segments = spoken_segments(record) if record.get("transcript") is not None else None
     clips: list[Record] = []
     for i, item in enumerate(items):
         text = item.get("text") if isinstance(item, dict) else None
-        start, end = (_number(item.get(k)) if isinstance(item, dict) else None for k in ("start", "end"))
+        start, end = (finite_number(item.get(k)) if isinstance(item, dict) else None for k in ("start", "end"))
         if not isinstance(text, str) or not text.strip() or start is None or end is None:
             raise RecordError("bad_steps", f"record {record['id']}: steps.items[{i}] needs 'text' and "
                               "numeric 'start' and 'end'; re-run vi extract-steps")
@@ -339,7 +333,7 @@ def check_clip(record: Record, lengths: VideoLengths, tolerance: float) -> dict:
     if not isinstance(video, str) or not video:
         raise RecordError("missing_field", f"clip {record['id']}: no 'video' path; give --video-root")
     media.check_readable(video)  # a missing file is an error even when the duration is known
-    duration = _number(record.get("video_duration"))
+    duration = finite_number(record.get("video_duration"))
     duration = duration if duration is not None and duration > 0 else lengths(video)
     if end > duration + tolerance:
         raise RecordError("clip_outside_video", f"clip {record['id']}: ends at {end} s, after the end of "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from vi.core.records import finite_number
 from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import ModelNotAvailable, RecordError
@@ -168,7 +169,7 @@ def sample_times(start: float, end: float, count: int) -> list[float]:
 
 def _time(record: dict, name: str) -> float:
     value = record.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if finite_number(value) is None:
         raise RecordError("missing_field", f"clip {record['id']}: '{name}' is {value!r}, not a time in seconds; "
                           "vi describe reads the clip records vi clips writes")
     return float(value)

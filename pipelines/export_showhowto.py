@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import shutil
@@ -34,7 +33,7 @@ from PIL import Image, ImageOps
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, RecordError
 from vi.core.media import read_frames
 from vi.core.progress import log
-from vi.core.records import REJECTED, Record, has_errors
+from vi.core.records import REJECTED, Record, finite_number, has_errors
 from vi.core.sharding import Shard
 from vi.core.sink import recover
 
@@ -81,10 +80,6 @@ def safe_key(record_id: str) -> str:
     return f"{cleaned}-{hashlib.sha1(record_id.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def aligned_sequence(record: Record, min_steps: int = 2) -> Sequence | Skip:
     """The record's steps that have a frame, in order, or why the record has no sequence."""
     if record.get(REJECTED):  # our own reader found the line broken: not an upstream failure
@@ -109,7 +104,7 @@ def aligned_sequence(record: Record, min_steps: int = 2) -> Sequence | Skip:
             continue  # a step the aligner found no frame for: not part of the sequence
         if not isinstance(item.get("text"), str) or not item["text"].strip():
             return Skip(MALFORMED, f"{where}.text is missing or empty")
-        if not isinstance(frame, dict) or not _number(frame.get("time")) or frame["time"] < 0:
+        if not isinstance(frame, dict) or finite_number(frame.get("time")) is None or frame["time"] < 0:
             return Skip(MALFORMED, f"{where}.frame needs a 'time' in seconds (got {frame!r})")
         if frame.get("path") is not None and not isinstance(frame["path"], str):
             return Skip(MALFORMED, f"{where}.frame.path is not a string")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vi.core.errors import RecordError
+from vi.core.records import finite_number
 from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
@@ -128,20 +129,14 @@ def parse_reply(text: str, record_id: object) -> tuple[str, list[Any]]:
                           f"{text[:200]!r}") from None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def validate_steps(raw: list[Any], duration: float, tolerance: float
                    ) -> tuple[list[dict], list[str]]:
     """Steps checked against a video of `duration` s: (items, repairs made)."""
     items, repairs = [], []
     for i, step in enumerate(raw, 1):
         text = str(step.get("instruction") or step.get("text") or "").strip() if isinstance(step, dict) else ""
-        start = _number(step.get("start")) if isinstance(step, dict) else None
-        end = _number(step.get("end")) if isinstance(step, dict) else None
+        start = finite_number(step.get("start")) if isinstance(step, dict) else None
+        end = finite_number(step.get("end")) if isinstance(step, dict) else None
         if not text:
             repairs.append(f"step {i}: no instruction text, dropped")
             continue
@@ -173,7 +168,7 @@ def validate_steps(raw: list[Any], duration: float, tolerance: float
 
 
 def video_duration(record: dict, segments: list[Segment]) -> float:
-    duration = _number(record.get("duration"))
+    duration = finite_number(record.get("duration"))
     return duration if duration is not None and duration > 0 else max(s.end for s in segments)
 
 
@@ -206,7 +201,7 @@ def extract(record: dict, config: ExtractConfig) -> dict:
                          seed=record_seed(config.seed, f"{record['id']}#{n}") % 2**32)
         chunk_title, steps = parse_reply(reply.text, record["id"])
         titles.append(chunk_title)
-        raw += [s for s in steps if not isinstance(s, dict) or _number(s.get("start")) is None
+        raw += [s for s in steps if not isinstance(s, dict) or finite_number(s.get("start")) is None
                 or chunk.core_start <= s["start"] < chunk.core_end]
     items, repairs = validate_steps(raw, video_duration(record, segments), config.tolerance_s)
     if not items:

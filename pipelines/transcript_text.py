@@ -6,12 +6,12 @@ music), the plain text cut to a length, and the timestamped lines ShowHowTo's pr
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from vi.core.errors import RecordError
+from vi.core.records import finite_number
 
 # Whisper's non-speech captions: [Music], (applause), ♪ lyrics ♪, *laughs*, and the like.
 _NON_SPEECH = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|♪[^♪]*♪|[♪♫♬#~]")
@@ -26,7 +26,7 @@ class Segment:
 
 
 def _time(value: Any, where: str, record_id: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if finite_number(value) is None:
         raise RecordError("bad_transcript", f"record {record_id}: {where} is {value!r}, not a "
                           "number of seconds; re-run vi transcribe")
     return float(value)
