@@ -10,12 +10,13 @@ STAMPS := $(VENV)/.stamps
 OUT ?= out
 PYTEST_ARGS ?=
 
-.PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset test test-fast \
-	bench wheel-check clean help
+.PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
+	test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
 	@echo "make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]   the pipeline on your videos"
+	@echo "make stepdiff-demo   StepDiff's clips | describe | pair | pair-qa on two sample fruit salads"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -65,6 +66,33 @@ demo: sample
 	  --output $(DEMO)/steps.jsonl --overwrite
 	$(VI) export showhowto --input $(DEMO)/steps.jsonl --out $(DEMO)/showhowto --overwrite
 	@$(BIN)/python -m vi.evaluation.show_steps $(DEMO)/steps.jsonl $(DEMO)/showhowto
+
+# StepDiff on the samples: the clips of one keystep in two videos (fruit_salad and
+# fruit_salad_peeler: another fruit, another tool), described, paired across the videos and
+# compared by question-answer pairs, with the embedded models; every stage's output is kept.
+# The keysteps come annotated (sample/stepdiff_keysteps.jsonl: labels, as HT-Step gives them)
+# and go through vi probe | vi transcribe, so each clip carries the narration whisper heard.
+# Not the other chains, because both lose what the pairs compare:
+# - vi clips --from-segments: a segment row carries no narration, and offline vi describe
+#   then has only ImageNet labels ("orange, lemon, croquet ball" became "a person playing a
+#   game with a croquet ball");
+# - extract-steps | clips | pair --match embedding: step texts group by the fruit they name,
+#   not by keystep (MiniLM: "Peel an orange ..." and "Peel a green apple with a peeler" 0.46,
+#   "Peel an orange ..." and "Cut an orange into cubes ..." 0.72), so no reliable pairs.
+# --vlm none: the offline describe even where the hub cache holds a VLM, the same everywhere;
+# --top-k 1: a clip shows one photo of one fruit, labelled at 67-76%; the LLM would put the
+# next labels (vase, carved pumpkin: 4%) into the description too.
+STEPDIFF := $(OUT)/stepdiff-demo
+STEPDIFF_LLM ?= qwen2.5-coder-1.5b
+stepdiff-demo: sample
+	@echo "== vi probe | transcribe | clips | describe | pair | pair-qa on two fruit salads"
+	@mkdir -p $(STEPDIFF)
+	$(VI) probe --list $(OUT)/sample/stepdiff_keysteps.jsonl | $(VI) transcribe \
+	  | tee $(STEPDIFF)/transcribed.jsonl | $(VI) clips | tee $(STEPDIFF)/clips.jsonl \
+	  | $(VI) describe --vlm none --top-k 1 --llm $(STEPDIFF_LLM) | tee $(STEPDIFF)/described.jsonl \
+	  | $(VI) pair | tee $(STEPDIFF)/pairs.jsonl \
+	  | $(VI) pair-qa --model $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
+	@$(BIN)/python -m vi.evaluation.show_pairs $(STEPDIFF)/pair_qa.jsonl
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

@@ -9,6 +9,9 @@ The how-to samples (`HOWTO_SAMPLES`) show a real photo during each step that has
 Debian's opencv-doc: an apple, an orange, a squirrel, ...), so a frame aligner has something
 real to find; a step without a photo shows a plain coloured card.
 
+The StepDiff samples (`STEPDIFF_SAMPLES`) do the keysteps of fruit_salad differently; with
+fruit_salad, their keysteps are annotated in OUTDIR/stepdiff_keysteps.jsonl (`make stepdiff-demo`).
+
     python -m vi.evaluation.samples OUTDIR   # tea, fruit_salad, ...: OUTDIR/NAME.mp4 + NAME.json
 """
 
@@ -166,7 +169,7 @@ HOWTO_SAMPLES: dict[str, tuple[str, tuple[tuple[str, str | None, bool], ...]]] =
 def make_howto_sample(out_dir: Path, name: str) -> Path:
     """OUTDIR/NAME.mp4 and its truth NAME.json: sentences, and the steps with the interval
     their picture is on screen (`shown`); reused if present."""
-    title, script = HOWTO_SAMPLES[name]
+    title, script = {**HOWTO_SAMPLES, **STEPDIFF_SAMPLES}[name]
     video, truth = out_dir / f"{name}.mp4", out_dir / f"{name}.json"
     if video.exists() and truth.exists():
         return video
@@ -188,8 +191,63 @@ def make_howto_sample(out_dir: Path, name: str) -> Path:
     return video
 
 
+# StepDiff samples: how-to videos whose steps are keysteps of a how-to sample above, done
+# differently (another fruit, tool or technique), so that `vi pair` has clips of one keystep
+# from two videos to compare. Same layout as HOWTO_SAMPLES, and kept apart from it: the
+# quality and bench figures measured on HOWTO_SAMPLES stay as they are.
+STEPDIFF_SAMPLES: dict[str, tuple[str, tuple[tuple[str, str | None, bool], ...]]] = {
+    "fruit_salad_peeler": ("How to make a quick fruit salad with a peeler", (
+        ("Here is a quick fruit salad for breakfast.", None, False),
+        # Worded so that whisper-tiny.en hears it right, and no word it times runs into the
+        # next step's clip ("...vegetable peeler." did: its "peeler." lasted a second).
+        ("With a vegetable peeler, peel the skin off a green apple.", "apple.jpg", True),
+        ("Next, slice an orange into thin rounds with a sharp knife.", "orange.jpg", True),
+        ("Squeeze half an orange over the fruit with a juicer.", "orange.jpg", True),
+        ("Stir everything together with a wooden spoon.", None, True),
+        ("Enjoy your breakfast.", None, False),
+    )),
+}
+# The keystep of each step (in the order of its truth's "steps"), as an annotator would label
+# it: equal labels in two videos are the same keystep. fruit_salad's truth is not touched;
+# its labels live here.
+STEPDIFF_KEYSTEPS: dict[str, tuple[str, ...]] = {
+    "fruit_salad": ("cut the fruit", "peel the fruit", "squeeze juice over the fruit", "mix the fruit"),
+    "fruit_salad_peeler": ("peel the fruit", "cut the fruit", "squeeze juice over the fruit", "mix the fruit"),
+}
+STEPDIFF_ANNOTATION = "stepdiff_keysteps.jsonl"
+
+
+def keystep_record(out_dir: Path, name: str) -> dict:
+    """The keystep annotation of one video as a record `vi probe` takes and passes on: its id and
+    video, and `steps.items` = the keystep label of each step over the step's spoken interval
+    (the layout vi extract-steps writes, which `vi clips` cuts into clips).
+
+    Only the steps shown with a photo: a plain card is no picture of its step, and offline
+    `vi describe` would see it through its ImageNet labels ("website", "envelope"), which the
+    LLM then puts into the description."""
+    truth = json.loads((out_dir / f"{name}.json").read_text())
+    keysteps = STEPDIFF_KEYSTEPS[name]
+    assert len(truth["steps"]) == len(keysteps), f"{name}: one keystep label per step"
+    items = [{"text": keystep, "start": step["start"], "end": step["end"]}
+             for step, keystep in zip(truth["steps"], keysteps) if step["photo"] is not None]
+    return {"id": name, "video": str((out_dir / truth["video"]).resolve()),
+            "steps": {"title": truth["title"], "items": items}}
+
+
+def make_stepdiff_samples(out_dir: Path) -> list[Path]:
+    """The videos of STEPDIFF_KEYSTEPS and their keystep annotation, OUTDIR/stepdiff_keysteps.jsonl
+    (one record a video; see keystep_record). Video paths in it are absolute, so it is rewritten
+    every time."""
+    videos = [make_howto_sample(out_dir, name) for name in STEPDIFF_KEYSTEPS]
+    annotation = out_dir / STEPDIFF_ANNOTATION
+    annotation.write_text("".join(json.dumps(keystep_record(out_dir, name)) + "\n"
+                                  for name in STEPDIFF_KEYSTEPS), encoding="utf-8")
+    return videos + [annotation]
+
+
 def make_all(out_dir: Path) -> list[Path]:
-    return [make_tea_sample(out_dir)] + [make_howto_sample(out_dir, name) for name in HOWTO_SAMPLES]
+    made = [make_tea_sample(out_dir)] + [make_howto_sample(out_dir, name) for name in HOWTO_SAMPLES]
+    return made + [p for p in make_stepdiff_samples(out_dir) if p not in made]
 
 
 if __name__ == "__main__":

@@ -243,9 +243,14 @@ def spoken_segments(record: Record) -> list[dict]:
     return sorted((s for s in raw if is_speech(s["text"])), key=lambda s: (s["start"], s["end"]))
 
 
+WORD_OVERLAP_S = 0.15
+
+
 def narration(segments: list[dict], start: float, end: float) -> str:
-    """The words spoken during [start, end]: the timed words that overlap it or, for a segment
-    without word times, the whole segment when it overlaps."""
+    """The words spoken during [start, end]: the timed words that overlap it by WORD_OVERLAP_S or
+    half their length, whichever is less (Whisper stretches a last word into the pause, so a mere
+    touch would hand it to the next clip too) or, for a segment without word times, the whole
+    segment when it overlaps."""
     spoken: list[str] = []
     for seg in segments:
         if not (seg["start"] < end and seg["end"] > start):
@@ -253,7 +258,8 @@ def narration(segments: list[dict], start: float, end: float) -> str:
         words = [w for w in seg.get("words") or [] if isinstance(w, dict) and isinstance(w.get("word"), str)
                  and finite_number(w.get("start")) is not None and finite_number(w.get("end")) is not None]
         if words:
-            spoken += [w["word"].strip() for w in words if w["start"] < end and w["end"] > start]
+            spoken += [w["word"].strip() for w in words
+                       if min(end, w["end"]) - max(start, w["start"]) >= min(WORD_OVERLAP_S, (w["end"] - w["start"]) / 2)]
         else:
             spoken.append(seg["text"].strip())
     return " ".join(t for t in spoken if t)

@@ -158,6 +158,15 @@ def test_each_step_becomes_a_clip_with_the_narration_spoken_during_it(video_root
                       "narration": "chop the onion.", "video_duration": 4.0}
     assert out[1]["narration"] == "Then boil water."  # a segment without word times: all of it
     assert out[2]["narration"] == ""  # only music under it
+
+
+def test_a_word_stretched_into_the_next_clip_stays_with_its_own(video_root):
+    stretched = {"segments": [{"start": 0.0, "end": 3.5, "text": "Use a peeler. And slice.", "words": [
+        {"word": "Use", "start": 0.0, "end": 0.3}, {"word": "a", "start": 0.3, "end": 0.4},
+        {"word": "peeler.", "start": 0.5, "end": 2.04},  # Whisper's DTW ran it into the pause
+        {"word": "And", "start": 2.6, "end": 2.8}, {"word": "slice.", "start": 2.8, "end": 3.5}]}]}
+    record = steps_record("v1", video_root / "xyz.mp4", [("Peel", 0.0, 1.9), ("Slice", 2.0, 3.6)], transcript=stretched)
+    assert [c["narration"] for c in clips.step_clips([record])] == ["Use a peeler.", "And slice."]
     assert "narration" not in next(clips.step_clips([steps_record("v2", video_root, [("Mix", 0, 1)])]))
 
 
