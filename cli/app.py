@@ -36,7 +36,7 @@ def _register() -> None:
     # Imported for their side effect of adding commands; each is cheap to import.
     from vi.cli import (  # noqa: F401
         align_frames, clips, describe, evaluate, export, extract_steps, filter_instructional, models, pair, pair_qa,
-        probe, transcribe)
+        predict, probe, transcribe)
 
 
 def _forward_to_editor(argv: list[str]) -> None:

@@ -10,16 +10,19 @@ the text a prefix of a valid document; only a reply cut off by `max_tokens` can 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vi.core.errors import ModelNotAvailable, SetupError
+import numpy as np
+from vi.core.errors import ModelNotAvailable, RecordError, SetupError
 from vi.core.models.cache import load_once
 from vi.core.models.resolve import resolve_model
 
 GPU_KINDS = ("cuda", "mps")
-MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators the chat template adds per message
+MESSAGE_OVERHEAD_TOKENS = 8
+DECODE_CHUNK = 256  # tokens per scoring batch: below llama.cpp's default n_batch/n_ubatch of 512  # role markers and separators the chat template adds per message
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class ChatLLM:
                                          seed=seed, n_threads=threads, verbose=False, **pinned)
         except (ValueError, RuntimeError) as exc:
             raise SetupError(f"llama.cpp cannot load {path}: {exc}") from None
+        self._formatter = None
 
     @property
     def n_ctx(self) -> int:
@@ -120,3 +124,126 @@ def load_chat_llm(ref: str, *, n_ctx: int = 4096, device: str = "auto", seed: in
     threads = threads or min(8, os.cpu_count() or 1)
     key = ("llama.cpp", str(path), n_ctx, gpu_layers, gpu_index, seed, threads)
     return load_once(key, lambda: ChatLLM(path, n_ctx, gpu_layers, seed, threads, gpu_index))
+
+
+# --- likelihoods, for scoring answers rather than sampling them -----------------------------
+# llama.cpp keeps logits only for the last token of each evaluation (no logits_all: that would
+# hold n_ctx x vocabulary floats, 2.5 GB for Qwen2.5 at 4k), so a continuation is scored one
+# token at a time after its context. The KV cache of the longest prefix shared with the
+# previous evaluation is kept: the options of one question share most of their prompt.
+
+def _chat_formatter(llm: ChatLLM):
+    """The model's own chat template (GGUF metadata), as llama-cpp-python renders it for chat."""
+    if llm._formatter is None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llm.llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise SetupError(f"{llm.name} has no chat template in its GGUF metadata; scoring answers "
+                             "needs a chat model")
+
+        def text(token: int) -> str:
+            return llm.llama.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+        llm._formatter = Jinja2ChatFormatter(template=template, eos_token=text(llm.llama.token_eos()),
+                                             bos_token=text(llm.llama.token_bos()))
+    return llm._formatter
+
+
+def chat_prompt_tokens(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: str = "") -> list[int]:
+    """The tokens of `messages` in the model's chat template, up to the assistant's turn, then
+    `reply_prefix` (the start of the answer: "In Video 2," seeds it as StepDiff does)."""
+    rendered = _chat_formatter(llm)(messages=messages)
+    return llm.llama.tokenize((rendered.prompt + reply_prefix).encode("utf-8"),
+                              add_bos=not rendered.added_special, special=True)
+
+
+def _evaluate(llm: ChatLLM, tokens: Sequence[int]) -> None:
+    """Run `tokens` through the model, reusing the cache of the prefix shared with the last run."""
+    if len(tokens) > llm.n_ctx:
+        raise RecordError("context_too_small", f"the prompt has {len(tokens)} tokens, more than the "
+                          f"{llm.n_ctx} of the LLM's context; raise --n-ctx")
+    done = llm.llama.input_ids[: llm.llama.n_tokens]
+    limit = min(len(done), len(tokens) - 1)  # evaluate at least one token: its logits are needed
+    differ = np.flatnonzero(done[:limit] != np.asarray(tokens[:limit], dtype=done.dtype))
+    shared = int(differ[0]) if len(differ) else limit
+    llm.llama.n_tokens = shared  # llama.cpp drops the cache past this point on the next eval
+    llm.llama.eval(list(tokens[shared:]))
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    logits = logits.astype(np.float64)
+    top = logits.max(axis=-1, keepdims=True)
+    return logits - (top + np.log(np.exp(logits - top).sum(axis=-1, keepdims=True)))
+
+
+def _last_logits(llm: ChatLLM) -> np.ndarray:
+    import llama_cpp
+
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.llama.ctx, -1), shape=(llm.llama.n_vocab(),))
+
+
+def _decode_keeping_logits(llm: ChatLLM, tokens: Sequence[int]) -> np.ndarray:
+    """Append `tokens` in one batch, returning the logits after each: (len(tokens), vocabulary).
+    One batch, not one call per token: faster, and the numbers llama.cpp gives a whole prompt."""
+    import llama_cpp
+
+    start, count, vocabulary = llm.llama.n_tokens, len(tokens), llm.llama.n_vocab()
+    batch = llama_cpp.llama_batch_init(count, 0, 1)
+    try:
+        batch.n_tokens = count
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, start + i, 1, True
+            batch.seq_id[i][0] = 0
+        status = llama_cpp.llama_decode(llm.llama.ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama.cpp could not decode {count} tokens (status {status})")
+        logits = np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.llama.ctx, i), shape=(vocabulary,))
+                           for i in range(count)])
+    finally:
+        llama_cpp.llama_batch_free(batch)
+    llm.llama.input_ids[start:start + count] = tokens  # what the prefix reuse of _evaluate compares
+    llm.llama.n_tokens = start + count
+    return logits
+
+
+def continuation_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continuation: str,
+                           reply_prefix: str = "") -> list[float]:
+    """log P(token | everything before) for each token of `continuation`, which follows the
+    chat prompt and `reply_prefix` in the assistant's turn."""
+    context = chat_prompt_tokens(llm, messages, reply_prefix)
+    target = llm.llama.tokenize(continuation.encode("utf-8"), add_bos=False, special=False)
+    if not target:
+        raise ValueError("an empty continuation has no likelihood")
+    if len(context) + len(target) > llm.n_ctx:
+        raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
+                          f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
+    _evaluate(llm, context)
+    logits = [_last_logits(llm).copy()]
+    for first in range(0, len(target) - 1, DECODE_CHUNK):  # within llama.cpp's batch size
+        logits += list(_decode_keeping_logits(llm, target[first:min(first + DECODE_CHUNK, len(target) - 1)]))
+    log_probs = _log_softmax(np.stack(logits))
+    return [float(log_probs[i, token]) for i, token in enumerate(target)]
+
+
+def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = "YES", no: str = "NO",
+                       reply_prefix: str = "") -> float:
+    """P(yes) / (P(yes) + P(no)) for the two whole answers (each may be several tokens)."""
+    log_yes = sum(continuation_log_probs(llm, messages, yes, reply_prefix))
+    log_no = sum(continuation_log_probs(llm, messages, no, reply_prefix))
+    return float(1.0 / (1.0 + np.exp(log_no - log_yes)))
+
+
+def complete_reply(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: str = "", *,
+                   max_tokens: int = 64, temperature: float = 0.0, seed: int = 0) -> ChatReply:
+    """The assistant's reply, continuing `reply_prefix` (which is not repeated in the text)."""
+    prompt = chat_prompt_tokens(llm, messages, reply_prefix)
+    if len(prompt) + max_tokens > llm.n_ctx:
+        raise RecordError("context_too_small", f"the prompt has {len(prompt)} tokens; with {max_tokens} "
+                          f"to generate that is more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
+    out = llm.llama.create_completion(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
+                                      seed=seed, stop=_chat_formatter(llm)(messages=messages).stop)
+    choice, usage = out["choices"][0], out.get("usage", {})
+    return ChatReply(text=choice["text"], prompt_tokens=usage.get("prompt_tokens", 0),
+                     completion_tokens=usage.get("completion_tokens", 0),
+                     finish_reason=choice.get("finish_reason") or "stop")

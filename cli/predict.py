@@ -1,0 +1,242 @@
+"""`vi predict TASK`: official-format predictions on a StepDiff benchmark, from a baseline.
+
+The methods live in `vi.evaluation` (vlembed, socratic); the rows, videos and prompts in
+`vi.evaluation.stepdiff_predict`. This module parses options, builds the method, writes lines.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from vi.cli.app import app
+from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, SetupError
+from vi.core.progress import log, make_progress, setup_logging, stderr
+from vi.core.records import dumps
+from vi.core.sharding import Shard
+from vi.core.sink import DownstreamClosed, claim_stdout, open_sink
+
+
+class Task(str, Enum):
+    diffcap = "diffcap"
+    diffmcq = "diffmcq"
+    diffrank = "diffrank"
+
+
+class Method(str, Enum):
+    vlembed = "vlembed"
+    socratic = "socratic"
+
+
+METHOD_PANEL, VLEMBED_PANEL, SOCRATIC_PANEL = "Method", "VLEmbed", "Socratic"
+HELP = (
+    "Predictions on a StepDiff benchmark file (DiffCap, DiffMCQ or DiffRank) in the official format, one line "
+    "per benchmark line, for [cyan]vi eval TASK[/cyan] (or the official evaluation/run.py) to score.\n\n"
+    "[bold]vlembed[/bold] (DiffMCQ, DiffRank): open_clip embeddings, a clip's being the mean of 8 frames'; "
+    "DiffMCQ scores an option by the cosine between its pair's embedding (--pair) and the caption's; DiffRank "
+    "a target by its cosine to the reference.\n\n"
+    "[bold]socratic[/bold] (all three): a sentence per clip (vi describe's, from --descriptions or made here "
+    "from --video-root), then a text LLM in StepDiff's prompt: DiffCap generates from \"The main difference "
+    "in {category} is that in Video 2,\" (rewritten to \"... instead of ...\"); DiffMCQ scores log "
+    "P(\"In Video 2, {caption}\"); DiffRank P(YES) to \"Do these two videos show the same {category}?\".\n\n"
+    "[bold]Clips:[/bold] <video-root>/<clip id>.mp4 when the clip has its own file, else "
+    "<video-root>/<youtube_id>.mp4 cut at the id's times. Every clip is checked before any model loads.\n\n"
+    "[bold]Writes:[/bold] {generated_text} (DiffCap) or {scores: [4]} (DiffMCQ, DiffRank) per line. "
+    "--shard I/N predicts the I-th of N contiguous blocks of lines: concatenate the shards' files in order. "
+    "Exit 2 for an unusable file or option (the message names the line), 5 for a missing model.")
+
+
+def _task_check(task: Task, method: Method, video_root, clip_features, descriptions) -> None:
+    if method is Method.vlembed and task is Task.diffcap:
+        raise ValueError("vlembed scores pairs against text; it writes no captions: use --method socratic "
+                         "for diffcap")
+    if method is Method.vlembed and video_root is None and clip_features is None:
+        raise ValueError("vlembed needs the clips: give --video-root (or --clip-features from an earlier run)")
+    if method is Method.socratic and video_root is None and descriptions is None:
+        raise ValueError("socratic needs a sentence per clip: give --descriptions (vi describe's output) or "
+                         "--video-root to describe the clips here")
+
+
+def _vlembed(task, rows, gt, args, advance_clips):
+    from vi.core.devices import resolve_placement
+    from vi.evaluation import stepdiff_predict as sp
+    from vi.evaluation import vlembed
+    from vi.pipelines.frame_scorers import ClipScorer, resolve_scorer
+
+    needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
+    features = vlembed.load_clip_features(args["clip_features"]) if args["clip_features"] else {}
+    todo = sorted(needed - set(features))
+    if todo and args["video_root"] is None:
+        raise ValueError(f"--clip-features {args['clip_features']} has no embedding of {len(todo)} clips, e.g. "
+                         f"{todo[0]}; give --video-root to encode them")
+    videos = sp.clip_videos(task, [r for r in rows if set(sp.row_clips(task, r.row)) & set(todo)],
+                            args["video_root"], str(gt)) if todo else {}
+    choice = resolve_scorer(args["clip_model"], args["clip_arch"])
+    if choice.kind != "clip":
+        raise ValueError(f"--clip-model {args['clip_model']}: VLEmbed needs an open_clip model, not {choice.kind}")
+    scorer = ClipScorer(choice, resolve_placement(args["device"], args["dtype"], engine="torch"), args["batch_size"])
+    if todo:
+        features.update(vlembed.encode_clips(scorer, {c: videos[c] for c in todo}, args["frames"],
+                                             advance=advance_clips(len(todo))))
+    if args["save_clip_features"]:
+        vlembed.save_clip_features(args["save_clip_features"], features)
+    return vlembed.VLEmbed(features, scorer.encode_texts, args["pair"])
+
+
+def _socratic(task, rows, gt, args, advance_clips):
+    from vi.core.models.llm import load_chat_llm
+    from vi.evaluation import socratic
+    from vi.evaluation import stepdiff_predict as sp
+
+    needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
+    if args["descriptions"]:
+        descriptions, empty = socratic.read_descriptions(args["descriptions"], needed)
+        if empty:
+            log.warning("predict: %d clips have no description in %s (error records?), e.g. %s; they are "
+                        "shown to the LLM as %r", len(empty), args["descriptions"], empty[0], socratic.NOT_AVAILABLE)
+    else:
+        descriptions = _describe_here(task, rows, gt, args, needed, advance_clips)
+    llm = load_chat_llm(args["llm"], n_ctx=args["n_ctx"], device=args["device"], seed=args["seed"])
+    return socratic.Socratic(llm, descriptions, args["max_new_tokens"], args["seed"])
+
+
+def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str]:
+    from vi.core.errors import RecordError
+    from vi.evaluation import socratic
+    from vi.evaluation import stepdiff_predict as sp
+    from vi.pipelines import describe as ds
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and llama.cpp share the cores (vi describe)
+    config = ds.DescribeConfig(vlm=args["vlm"], llm_model=args["llm"], n_ctx=args["n_ctx"], device=args["device"],
+                               dtype=args["dtype"], seed=args["seed"])
+    videos = sp.clip_videos(task, rows, args["video_root"], str(gt))
+    advance = advance_clips(len(needed))
+    out = {}
+    for clip in sorted(needed):
+        video = videos[clip]
+        record = {"id": clip, "video": video.path, "start": video.start, "end": video.end}
+        try:
+            out[clip] = socratic.description_text(ds.describe(record, config)) or socratic.NOT_AVAILABLE
+        except RecordError as exc:
+            log.warning("predict: clip %s has no description (%s)", clip, exc.message)
+            out[clip] = socratic.NOT_AVAILABLE
+        advance(1)
+    if args["save_descriptions"]:
+        args["save_descriptions"].write_text("".join(dumps({"id": c, "description": t}).decode() for c, t in out.items()))
+    return out
+
+
+@app.command("predict", help=HELP, short_help="Predictions on a StepDiff benchmark from a baseline (VLEmbed, "
+             "Socratic), in the official format.",
+             epilog="Example: [cyan]vi predict diffmcq --gt diffmcq_dataset.jsonl --method vlembed --video-root "
+                    "videos/ -o vlembed_diffmcq.jsonl && vi eval diffmcq --gt diffmcq_dataset.jsonl --pred "
+                    "vlembed_diffmcq.jsonl[/cyan]")
+def predict_command(
+    task: Annotated[Task, typer.Argument(help="Which benchmark: diffcap, diffmcq or diffrank.")],
+    gt: Annotated[Path, typer.Option("--gt", exists=True, dir_okay=False, show_default=False,
+                                     help="The benchmark file (JSONL, official format).")],
+    method: Annotated[Method, typer.Option(help="The baseline.", rich_help_panel=METHOD_PANEL)] = Method.socratic,
+    video_root: Annotated[Path | None, typer.Option(
+        file_okay=False, exists=True, help="Folder of the clips' videos (see Clips above).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="With --output: keep the complete lines of FILE, predict the rest.")
+                      ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="With --output: replace FILE.")] = False,
+    shard: Annotated[str | None, typer.Option(metavar="I/N", help="Predict the I-th of N blocks of lines "
+                                                 "(default: the Slurm array task, when set).")] = None,
+    allow_unknown_categories: Annotated[bool, typer.Option("--allow-unknown-categories", help="Accept categories that are not StepDiff's.")
+                                        ] = False,
+    clip_model: Annotated[str, typer.Option(help="open_clip model: an alias from `vi models`, a folder, hf-hub:ID, "
+                                            "NAME:TAG, or a checkpoint with --clip-arch.", rich_help_panel=VLEMBED_PANEL)
+                          ] = "dfn5b-clip-vit-h-14",
+    clip_arch: Annotated[str | None, typer.Option(help="The architecture of a --clip-model checkpoint file.",
+                                                     rich_help_panel=VLEMBED_PANEL)] = None,
+    pair: Annotated[str, typer.Option(help="DiffMCQ pair embedding: both (mean of the two clips), reference (Vr "
+                                      "only) or candidate (Vc only).", rich_help_panel=VLEMBED_PANEL)] = "both",
+    frames: Annotated[int, typer.Option(min=1, help="Frames per clip, sampled uniformly.",
+                                        rich_help_panel=VLEMBED_PANEL)] = 8,
+    batch_size: Annotated[int, typer.Option(min=1, help="Frames per model call.", rich_help_panel=VLEMBED_PANEL)
+                          ] = 64,
+    clip_features: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, help="Clip embeddings saved earlier (NPZ id+embedding, or JSONL); clips "
+        "missing from it are encoded from --video-root.", rich_help_panel=VLEMBED_PANEL)] = None,
+    save_clip_features: Annotated[Path | None, typer.Option(
+        help="Save the clip embeddings (NPZ), for a later run or vi eval mcq-negatives --clip-features.",
+        rich_help_panel=VLEMBED_PANEL)] = None,
+    descriptions: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, help="vi describe records of the clips (id = clip id).",
+        rich_help_panel=SOCRATIC_PANEL)] = None,
+    save_descriptions: Annotated[Path | None, typer.Option(
+        help="Save the descriptions made here (JSONL {id, description}).", rich_help_panel=SOCRATIC_PANEL)] = None,
+    vlm: Annotated[str, typer.Option(help="Vision-language model that describes clips from --video-root (as vi "
+                                     "describe --vlm).", rich_help_panel=SOCRATIC_PANEL)] = "auto",
+    llm: Annotated[str, typer.Option(help="GGUF chat model that answers (an alias from `vi models`, a .gguf).",
+                                     rich_help_panel=SOCRATIC_PANEL)] = "qwen2.5-coder-1.5b",
+    n_ctx: Annotated[int, typer.Option(help="The LLM's context, in tokens.", rich_help_panel=SOCRATIC_PANEL)] = 2048,
+    max_new_tokens: Annotated[int, typer.Option(min=8, help="Longest DiffCap continuation, in tokens.",
+                                                rich_help_panel=SOCRATIC_PANEL)] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16 (torch models).")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    claim_stdout()
+    setup_logging(False)
+    args = dict(locals())
+    try:
+        _predict(args)
+    except SetupError as exc:
+        stderr.print(f"[red]vi predict: cannot start:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_SETUP) from None
+    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
+        stderr.print(f"[red]vi predict:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except DownstreamClosed:
+        pass
+    raise typer.Exit(EXIT_OK)
+
+
+def _predict(args: dict) -> None:
+    from vi.core.seeding import seed_everything
+    from vi.evaluation import stepdiff_predict as sp
+
+    task, method = args["task"].value, args["method"]
+    _task_check(args["task"], method, args["video_root"], args["clip_features"], args["descriptions"])
+    if args["pair"] != "both" and (method is not Method.vlembed or task != "diffmcq"):
+        raise ValueError("--pair chooses VLEmbed's DiffMCQ pair embedding; it does not apply here")
+    seed_everything(args["seed"])
+    shard = Shard.parse(args["shard"]) if args["shard"] else Shard.from_slurm()
+    rows = sp.read_benchmark(task, args["gt"], args["allow_unknown_categories"])
+    if shard is not None:
+        rows = sp.shard_rows(rows, shard.index, shard.count)
+    sink = open_sink(args["output"], args["resume"], args["overwrite"])
+    done = _complete_lines(args["output"]) if args["resume"] else 0
+    if done > len(rows):
+        raise ValueError(f"--resume: {args['output']} has {done} lines, more than the {len(rows)} rows to predict; "
+                         "is it the output of another benchmark or shard?")
+    rows = rows[done:]
+    with make_progress(args["quiet"]) as progress:
+        def advance_clips(total: int):
+            bar = progress.add_task("clips", total=total)
+            return lambda n: progress.advance(bar, n)
+
+        build = _vlembed if method is Method.vlembed else _socratic
+        model = build(task, rows, args["gt"], args, advance_clips) if rows else None
+        bar = progress.add_task(f"{method.value} {task}", total=len(rows))
+        try:
+            for prediction in sp.predict_rows(task, rows, model):
+                sink.write(dumps(prediction))
+                progress.advance(bar)
+        finally:
+            sink.close()
+    if done:
+        stderr.print(f"vi predict: resumed after {done} complete lines", highlight=False)
+
+
+def _complete_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())

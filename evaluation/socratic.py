@@ -1,0 +1,90 @@
+"""The Socratic baseline of StepDiff (Sec. 4): describe each clip in words, then let a text LLM
+answer about the two descriptions, scoring by the LLM's own likelihoods.
+
+The descriptions take the place of the two videos in the prompt StepDiff's model gets (the
+system prompt of `stepdiff_predict`), and the LLM answers as that model would:
+- DiffCap: its greedy continuation of "The main difference in {category} is that in Video 2,",
+  in the annotation style ("... instead of ...");
+- DiffMCQ: log P("In Video 2, {caption}") summed over the caption's tokens, given each pair
+  (the caption is the same for the four options, so sums compare like with like);
+- DiffRank: P(YES) / (P(YES) + P(NO)) for "Do these two videos show the same {category}?".
+
+A clip's description is `description.step` of a `vi describe` record (or a `description`
+string of your own captioner), read from a file or made here by `vi describe`'s code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vi.core.models.llm import ChatLLM, answer_probability, complete_reply, continuation_log_probs
+from vi.evaluation import stepdiff_predict as sp
+from vi.evaluation.stepdiff_metrics import BenchmarkFileError, read_jsonl
+
+NOT_AVAILABLE = "(no description available)"
+
+
+def description_text(record: dict) -> str | None:
+    """The sentence a describe record holds: `description.step`, or a plain `description` string."""
+    value = record.get("description")
+    if isinstance(value, dict):
+        value = value.get("step")
+    return (" ".join(value.split()) or None) if isinstance(value, str) else None
+
+
+def read_descriptions(path: Path, clips: set[str]) -> tuple[dict[str, str], list[str]]:
+    """({clip id: description} for the clips asked, [clips whose record is an error record or
+    has no sentence]); a clip with no record at all is an error naming it."""
+    found: dict[str, str] = {}
+    empty: list[str] = []
+    for lineno, record in read_jsonl(path):
+        clip = record.get("id")
+        if clip not in clips:
+            continue
+        text = description_text(record)
+        if text is None:
+            empty.append(clip)
+            continue
+        if clip in found and found[clip] != text:
+            raise BenchmarkFileError(f"{path} line {lineno}: a second, different description of clip {clip}")
+        found[clip] = text
+    empty = sorted(set(empty) - set(found))
+    missing = sorted(clips - set(found) - set(empty))
+    if missing:
+        raise BenchmarkFileError(f"{path} has no description of {len(missing)} clips of the benchmark, e.g. "
+                                 f"{', '.join(missing[:3])}; describe them (vi clips --from-benchmark ... | vi "
+                                 "describe) or give --video-root to describe them here")
+    return {**found, **{clip: NOT_AVAILABLE for clip in empty}}, empty
+
+
+def lower_first(text: str) -> str:
+    """"The rib eye ..." -> "the rib eye ...", to follow "In Video 2,"; "DIY ..." stays."""
+    if len(text) > 1 and text[0].isupper() and not text[1].isupper():
+        return text[0].lower() + text[1:]
+    return text
+
+
+class Socratic:
+    def __init__(self, llm: ChatLLM, descriptions: dict[str, str], max_new_tokens: int = 64, seed: int = 0):
+        self.llm, self.descriptions = llm, descriptions
+        self.max_new_tokens, self.seed = max_new_tokens, seed
+
+    def messages(self, reference: str, candidate: str, question: str) -> list[dict[str, str]]:
+        system = sp.SYSTEM.format(reference=self.descriptions[reference].rstrip("."),
+                                  candidate=self.descriptions[candidate].rstrip("."))
+        return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+    def caption(self, reference: str, candidate: str, category: str) -> str:
+        phrase = sp.category_phrase(category)
+        reply = complete_reply(self.llm, self.messages(reference, candidate, sp.DIFFCAP_QUESTION.format(category=phrase)),
+                               sp.DIFFCAP_SEED.format(category=phrase), max_tokens=self.max_new_tokens, seed=self.seed)
+        return sp.annotation_style(reply.text)
+
+    def option_score(self, reference: str, candidate: str, caption: str, category: str) -> float:
+        question = sp.DIFFMCQ_QUESTION.format(category=sp.category_phrase(category))
+        return sum(continuation_log_probs(self.llm, self.messages(reference, candidate, question),
+                                          " " + lower_first(" ".join(caption.split())), sp.DIFFMCQ_SEED))
+
+    def target_score(self, reference: str, target: str, category: str) -> float:
+        question = sp.DIFFRANK_QUESTION.format(category=sp.category_phrase(category))
+        return answer_probability(self.llm, self.messages(reference, target, question))

@@ -1,0 +1,170 @@
+"""Predictions on StepDiff's benchmarks, in the official formats, from any model of a video pair.
+
+A method supplies one function per task and this module does the rest: read and check the
+benchmark file (the same checks `vi eval` makes), find the clips' videos, ask the method row
+by row, and build the official prediction rows, line for line:
+- DiffCap: `generate(reference, candidate, category) -> text`, seeded with
+  "The main difference in {category} is that in Video 2," (StepDiff Sec. 4) and rewritten into
+  the annotation style by `annotation_style`: {"generated_text": ...};
+- DiffMCQ: `score(reference, candidate, caption, category) -> number` for each of the 4
+  option pairs (higher: the caption fits the pair better): {"scores": [4]};
+- DiffRank: `score(reference, target, category) -> number` for each of the 4 targets (higher:
+  more similar to the reference in that category, as the annotations' 5 = most similar).
+
+The question texts below are the ones StepDiff's model is asked (Sec. 3.4, Supp. S4); the
+Socratic baseline and a trained model put them to their LLM the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from vi.core import media
+from vi.core.errors import RecordError
+from vi.evaluation.stepdiff_metrics import (
+    BenchmarkFileError,
+    check_diffcap_row,
+    check_diffmcq_row,
+    check_diffrank_row,
+    check_rows,
+    file_name,
+    parse_clip_id,
+    read_jsonl,
+)
+from vi.pipelines.clips import find_video
+
+SYSTEM = ("You are a helpful AI assistant that answers questions about a pair of videos. Answer in a single "
+          "sentence. Here is the first video: {reference}. Here is the second video: {candidate}.")
+DIFFCAP_QUESTION = "What is the main difference in {category} between the two videos?"
+DIFFCAP_SEED = "The main difference in {category} is that in Video 2,"
+DIFFMCQ_QUESTION = DIFFCAP_QUESTION
+DIFFMCQ_SEED = "In Video 2,"
+DIFFRANK_QUESTION = "Do these two videos show the same {category}? Answer YES or NO."
+CHECKS = {"diffcap": check_diffcap_row, "diffmcq": check_diffmcq_row, "diffrank": check_diffrank_row}
+
+# "..., whereas in Video 1, the person ..." -> "... instead of ...": the annotators wrote
+# "<what happens in the candidate> instead of <what happens in the reference>".
+_CONTRAST = re.compile(r"\s*,?\s*\b(?:whereas|while|but|compared to|as opposed to|unlike|and)\s+(?:in\s+)?"
+                       r"(?:the\s+)?(?:first\s+video|video\s*1)\s*,?\s*(?:(?:the\s+)?person\s+|they\s+|he\s+|she\s+)?",
+                       re.IGNORECASE)
+_AUXILIARY = re.compile(r"\binstead of (?:is|are|was|were|does|did) ", re.IGNORECASE)
+_VIDEO_2_SUBJECT = re.compile(r"^\s*,?\s*(?:in\s+video\s*2\s*,?\s*)?", re.IGNORECASE)
+
+
+def category_phrase(category: str) -> str:
+    """How a category reads inside a question: "Tools/Equipment" -> "tools/equipment"."""
+    return category.lower()
+
+
+def annotation_style(continuation: str) -> str:
+    """A generated continuation of DIFFCAP_SEED in the annotations' style: its first sentence,
+    the contrast with Video 1 turned into "instead of", with a capital and a full stop."""
+    text = " ".join(continuation.split())
+    text = _VIDEO_2_SUBJECT.sub("", text)
+    sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].strip()
+    sentence = _CONTRAST.sub(" instead of ", sentence, count=1).strip(" ,;")
+    sentence = _AUXILIARY.sub("instead of ", sentence)  # "is peeling ... instead of is chopping"
+    if not sentence:
+        return ""
+    sentence = sentence[0].upper() + sentence[1:]
+    return sentence if sentence[-1] in ".!?" else sentence + "."
+
+
+# --- the benchmark file ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BenchmarkRow:
+    line: int
+    row: dict
+
+
+def read_benchmark(task: str, path: Path, allow_unknown_categories: bool = False) -> list[BenchmarkRow]:
+    rows = read_jsonl(path)
+    check_rows(path, rows, lambda row: CHECKS[task](row, allow_unknown_categories))
+    if not rows:
+        raise BenchmarkFileError(f"{file_name(path)}: no rows")
+    return [BenchmarkRow(lineno, row) for lineno, row in rows]
+
+
+def row_clips(task: str, row: dict) -> list[str]:
+    if task == "diffcap":
+        return [row["reference"], row["candidate"]]
+    if task == "diffmcq":
+        return [clip for option in row["options"] for clip in option]
+    return [row["reference"], *row["targets"]]
+
+
+def shard_rows(rows: list[BenchmarkRow], index: int, count: int) -> list[BenchmarkRow]:
+    """Shard I of N is the I-th of N contiguous blocks of lines, so concatenating the shards'
+    prediction files in order gives the prediction file of the whole benchmark."""
+    return rows[index * len(rows) // count:(index + 1) * len(rows) // count]
+
+
+@dataclass(frozen=True)
+class ClipVideo:
+    """Where a clip's frames are: `path` from `start` to `end` seconds."""
+
+    path: str
+    start: float
+    end: float
+
+
+def clip_videos(task: str, rows: list[BenchmarkRow], video_root: Path, source: str,
+                tolerance: float = 0.5) -> dict[str, ClipVideo]:
+    """The video of every clip the rows name: `<root>/<clip id>.<ext>` when the clip was cut
+    to its own file (all of it is the clip), else `<root>/<youtube id>.<ext>` from start to end.
+    Every missing video and clip outside its video is found before any model runs."""
+    found: dict[str, ClipVideo] = {}
+    problems: list[str] = []
+    durations: dict[str, float] = {}
+    for item in rows:
+        for clip in row_clips(task, item.row):
+            if clip in found:
+                continue
+            video_id, start, end = parse_clip_id(clip)
+            own = find_video(video_root, clip)
+            try:
+                if Path(own).is_file():
+                    found[clip] = ClipVideo(own, 0.0, media.video_span(own))
+                    continue
+                path = find_video(video_root, video_id)
+                media.check_readable(path)
+                if path not in durations:
+                    durations[path] = media.probe(path).duration
+                if end > durations[path] + tolerance:
+                    raise RecordError("clip_outside_video", f"clip {clip} ends at {end:g} s, after the end of "
+                                      f"{path} ({durations[path]:.2f} s)")
+                found[clip] = ClipVideo(path, start, min(end, durations[path]))
+            except RecordError as exc:
+                problems.append(f"{source} line {item.line}: {exc.message}")
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise BenchmarkFileError(f"{len(problems)} clips cannot be read from --video-root {video_root}: "
+                                 + "; ".join(problems[:5]) + more + ". A clip is <root>/<youtube_id>.mp4 "
+                                 "cut at the id's times, or its own file <root>/<clip id>.mp4")
+    return found
+
+
+# --- the three tasks --------------------------------------------------------------------------
+
+CaptionFn = Callable[[str, str, str], str]
+OptionScoreFn = Callable[[str, str, str, str], float]
+TargetScoreFn = Callable[[str, str, str], float]
+
+
+def predict_rows(task: str, rows: list[BenchmarkRow], method) -> Iterator[dict]:
+    """One official prediction row per benchmark row, in order. `method` has `caption`
+    (DiffCap), `option_score` (DiffMCQ) or `target_score` (DiffRank)."""
+    for item in rows:
+        row = item.row
+        if task == "diffcap":
+            yield {"generated_text": method.caption(row["reference"], row["candidate"], row["category"])}
+        elif task == "diffmcq":
+            yield {"scores": [float(method.option_score(ref, cand, row["difference"], row["category"]))
+                              for ref, cand in row["options"]]}
+        else:
+            yield {"scores": [float(method.target_score(row["reference"], target, row["category"]))
+                              for target in row["targets"]]}
