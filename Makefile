@@ -11,12 +11,13 @@ OUT ?= out
 PYTEST_ARGS ?=
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
-	test test-fast bench wheel-check clean help
+	stepdiff-baselines test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
 	@echo "make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]   the pipeline on your videos"
 	@echo "make stepdiff-demo   StepDiff's clips | describe | pair | pair-qa on two sample fruit salads"
+	@echo "make stepdiff-baselines   then vi predict (Socratic) + vi eval on a benchmark of those clips"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -93,6 +94,18 @@ stepdiff-demo: sample
 	  | $(VI) pair | tee $(STEPDIFF)/pairs.jsonl \
 	  | $(VI) pair-qa --model $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
 	@$(BIN)/python -m vi.evaluation.show_pairs $(STEPDIFF)/pair_qa.jsonl
+
+# The Socratic baseline end to end on a benchmark of the demo's clips whose differences are
+# known (evaluation/stepdiff_sample_bench.py): vi predict writes official-format predictions
+# from the demo's descriptions, vi eval scores them.
+stepdiff-baselines: stepdiff-demo
+	$(BIN)/python -m vi.evaluation.stepdiff_sample_bench $(OUT)/sample $(STEPDIFF)/bench
+	for task in diffcap diffmcq diffrank; do \
+	  $(VI) predict $$task --gt $(STEPDIFF)/bench/$$task.jsonl --method socratic --llm $(STEPDIFF_LLM) \
+	    --descriptions $(STEPDIFF)/described.jsonl --output $(STEPDIFF)/bench/socratic_$$task.jsonl --overwrite; \
+	  $(VI) eval $$task --gt $(STEPDIFF)/bench/$$task.jsonl --pred $(STEPDIFF)/bench/socratic_$$task.jsonl \
+	    > $(STEPDIFF)/bench/socratic_$$task.scores.json; \
+	done
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

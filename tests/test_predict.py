@@ -267,3 +267,18 @@ def test_qwen_socratic_ranks_the_target_described_like_the_reference_first(bench
     scores = jsonl(done.stdout)[0]["scores"]  # targets: pear, apple with scissors, plum, the reference itself
     assert scores[3] == max(scores)
     assert scores[1] > scores[2]  # an apple chopped on a board is nearer to it than a plum peeled by hand
+
+
+@pytest.mark.slow
+def test_socratic_describes_clips_from_the_video_root_and_saved_sentences_give_the_same_predictions(bench, tmp_path):
+    saved = tmp_path / "sentences.jsonl"
+    common = ("predict", "diffrank", "--gt", str(bench["diffrank"]), "--llm", SMOL, "--n-ctx", "1024", "--device", "cpu",
+              "-q")
+    here = run_vi(*common, "--video-root", str(bench["videos"]), "--vlm", "none", "--save-descriptions", str(saved),
+                  check=True)
+    sentences = jsonl(saved.read_text())
+    assert sorted(s["id"] for s in sentences) == sorted(COLOUR)
+    assert all(isinstance(s["description"], str) and s["description"] for s in sentences)
+    again = run_vi(*common, "--descriptions", str(saved), check=True)
+    np.testing.assert_allclose([r["scores"] for r in jsonl(again.stdout)], [r["scores"] for r in jsonl(here.stdout)],
+                               atol=1e-6)

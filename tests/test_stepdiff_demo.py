@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO, jsonl
 from rich.console import Console
-from vi.evaluation import samples
+from vi.evaluation import samples, stepdiff_sample_bench
+from vi.evaluation import stepdiff_predict as sp
 from vi.evaluation.show_pairs import show
 from vi.pipelines.pair_qa import DROP_REASONS
 
@@ -66,11 +67,12 @@ def test_the_annotation_labels_each_photo_step_of_both_videos_with_a_shared_keys
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, str]:
-    """`make stepdiff-demo` run once into a fresh OUT; (OUT, what it printed)."""
+    """`make stepdiff-baselines` (stepdiff-demo, then the baselines) run once into a fresh OUT;
+    (OUT, what it printed)."""
     need_sample_tools()
     out = tmp_path_factory.mktemp("stepdiff")
     done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), "stepdiff-demo", f"OUT={out}",
+        ["make", "--no-print-directory", "-C", str(REPO), "stepdiff-baselines", f"OUT={out}",
          f"VENV={BIN.parent}", f"STEPDIFF_LLM={SMOL}",
          "-o", f"{BIN.parent}/.stamps/install"],  # never reinstall from inside a test
         capture_output=True, text=True, timeout=1200, check=False)
@@ -171,3 +173,34 @@ def test_show_pairs_prints_failed_pairs_and_pairs_without_kept_qa(tmp_path):
     assert "the filter kept no QA" in printed and "kept 0 of 2 QA; dropped: unsupported 2" in printed
     assert "failed in pair-qa (missing_description): nothing to compare" in printed
     assert "1 pairs, 1 failed records; QA kept 0 of 2 (dropped: unsupported 2)" in printed
+
+
+def test_the_sample_benchmark_names_the_annotated_clips_in_the_official_formats(tmp_path):
+    annotation = [{"id": video, "steps": {"items": [
+        {"text": keystep, "start": 1.5 * k + offset, "end": 1.5 * k + offset + 1.0}
+        for k, keystep in enumerate(samples.STEPDIFF_KEYSTEPS[video][:3])]}} for video, offset in zip(VIDEOS, (0, 0.25))]
+    (tmp_path / samples.STEPDIFF_ANNOTATION).write_text("".join(json.dumps(r) + "\n" for r in annotation))
+    made = stepdiff_sample_bench.benchmark(tmp_path)
+    clips = stepdiff_sample_bench.sample_clips(tmp_path)
+    for task, rows in made.items():
+        for row in rows:
+            sp.CHECKS[task](row)  # what vi eval and vi predict accept
+            assert set(sp.row_clips(task, row)) <= set(clips.values())
+    positions = [row["options"].index(row["answer"]) for row in made["diffmcq"]]
+    assert len(set(positions)) == 4  # the answer is not always in one place
+    for row in made["diffmcq"]:  # its reversed pair is among the options, never the answer itself twice
+        assert row["answer"][::-1] in row["options"] and row["options"].count(row["answer"]) == 1
+    assert all(row["reference"] == clips[("fruit_salad", row_keystep)]
+               for row, (row_keystep, _, _) in zip(made["diffcap"], stepdiff_sample_bench.DIFFERENCES))
+
+
+@pytest.mark.slow
+def test_the_socratic_baseline_runs_end_to_end_on_the_sample_benchmark(demo):
+    out, _ = demo
+    bench = out / "stepdiff-demo" / "bench"
+    for task, rows in (("diffcap", 6), ("diffmcq", 6), ("diffrank", 2)):
+        predictions = jsonl((bench / f"socratic_{task}.jsonl").read_text())
+        assert len(predictions) == rows
+        scores = json.loads((bench / f"socratic_{task}.scores.json").read_text())
+        assert scores["task"] == task and scores["rows"] == rows
+    assert all(p["generated_text"] for p in jsonl((bench / "socratic_diffcap.jsonl").read_text()))
