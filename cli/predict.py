@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from vi.cli.app import app
-from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, SetupError
+from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
 from vi.core.progress import log, make_progress, setup_logging, stderr
 from vi.core.records import dumps
 from vi.core.sharding import Shard
@@ -30,6 +30,12 @@ class Task(str, Enum):
 class Method(str, Enum):
     vlembed = "vlembed"
     socratic = "socratic"
+
+
+class Pair(str, Enum):
+    both = "both"
+    reference = "reference"
+    candidate = "candidate"
 
 
 METHOD_PANEL, VLEMBED_PANEL, SOCRATIC_PANEL = "Method", "VLEmbed", "Socratic"
@@ -61,6 +67,37 @@ def _task_check(task: Task, method: Method, video_root, clip_features, descripti
                          "--video-root to describe the clips here")
 
 
+# Options that only one method, or only one source of clips, reads: given where nothing reads
+# them, they are refused rather than silently ignored.
+VLEMBED_ONLY = {"clip_model": "dfn5b-clip-vit-h-14", "clip_arch": None, "pair": Pair.both, "frames": 8,
+                "batch_size": 64, "clip_features": None, "save_clip_features": None}
+SOCRATIC_ONLY = {"descriptions": None, "save_descriptions": None, "vlm": "auto", "llm": "qwen2.5-coder-1.5b",
+                 "n_ctx": 2048, "max_new_tokens": 64}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _refuse_unused_options(args: dict) -> None:
+    method, task = args["method"], args["task"]
+    other = SOCRATIC_ONLY if method is Method.vlembed else VLEMBED_ONLY
+    given = [_flag(n) for n, default in other.items() if args[n] != default]
+    if given:
+        raise ValueError(f"{', '.join(given)}: not read by --method {method.value}")
+    if args["pair"] is not Pair.both and task is not Task.diffmcq:
+        raise ValueError("--pair chooses VLEmbed's DiffMCQ pair embedding; it does not apply to " + task.value)
+    if method is Method.socratic and args["descriptions"] is not None:
+        if args["video_root"] is not None:
+            raise ValueError("--descriptions and --video-root are two sources of the clips' sentences: give one")
+        for name in ("save_descriptions", "vlm"):
+            if args[name] != SOCRATIC_ONLY[name]:
+                raise ValueError(f"{_flag(name)} is about describing clips from --video-root; with --descriptions "
+                                 "no clip is described here")
+    if args["resume"] and args["overwrite"]:
+        raise ValueError("--resume keeps what FILE has and --overwrite replaces it: give one")
+
+
 def _vlembed(task, rows, gt, args, advance_clips):
     from vi.core.devices import resolve_placement
     from vi.evaluation import stepdiff_predict as sp
@@ -84,7 +121,11 @@ def _vlembed(task, rows, gt, args, advance_clips):
                                              advance=advance_clips(len(todo))))
     if args["save_clip_features"]:
         vlembed.save_clip_features(args["save_clip_features"], features)
-    return vlembed.VLEmbed(features, scorer.encode_texts, args["pair"])
+    dims = {len(v) for v in features.values()} | {scorer.encode_texts(["a photo"]).shape[1]}
+    if len(dims) > 1:
+        raise ValueError(f"clip embeddings and {args['clip_model']}'s text embeddings differ in size ({sorted(dims)}): "
+                         f"--clip-features {args['clip_features']} comes from another model")
+    return vlembed.VLEmbed(features, scorer.encode_texts, args["pair"].value)
 
 
 def _socratic(task, rows, gt, args, advance_clips):
@@ -115,18 +156,21 @@ def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str
                                dtype=args["dtype"], seed=args["seed"])
     videos = sp.clip_videos(task, rows, args["video_root"], str(gt))
     advance = advance_clips(len(needed))
-    out = {}
+    out, saved = {}, []
     for clip in sorted(needed):
         video = videos[clip]
         record = {"id": clip, "video": video.path, "start": video.start, "end": video.end}
         try:
-            out[clip] = socratic.description_text(ds.describe(record, config)) or socratic.NOT_AVAILABLE
+            text = socratic.description_text(ds.describe(record, config))
+            saved.append({"id": clip, "description": text})
         except RecordError as exc:
             log.warning("predict: clip %s has no description (%s)", clip, exc.message)
-            out[clip] = socratic.NOT_AVAILABLE
+            text = None
+            saved.append({"id": clip, "error": {"kind": exc.kind, "message": exc.message}})
+        out[clip] = text or socratic.NOT_AVAILABLE
         advance(1)
-    if args["save_descriptions"]:
-        args["save_descriptions"].write_text("".join(dumps({"id": c, "description": t}).decode() for c, t in out.items()))
+    if args["save_descriptions"]:  # failures as error records: read back, they are warned about again
+        args["save_descriptions"].write_text("".join(dumps(r).decode() for r in saved))
     return out
 
 
@@ -155,8 +199,8 @@ def predict_command(
                           ] = "dfn5b-clip-vit-h-14",
     clip_arch: Annotated[str | None, typer.Option(help="The architecture of a --clip-model checkpoint file.",
                                                      rich_help_panel=VLEMBED_PANEL)] = None,
-    pair: Annotated[str, typer.Option(help="DiffMCQ pair embedding: both (mean of the two clips), reference (Vr "
-                                      "only) or candidate (Vc only).", rich_help_panel=VLEMBED_PANEL)] = "both",
+    pair: Annotated[Pair, typer.Option(help="DiffMCQ pair embedding: both (mean of the two clips), reference (Vr "
+                                      "only) or candidate (Vc only).", rich_help_panel=VLEMBED_PANEL)] = Pair.both,
     frames: Annotated[int, typer.Option(min=1, help="Frames per clip, sampled uniformly.",
                                         rich_help_panel=VLEMBED_PANEL)] = 8,
     batch_size: Annotated[int, typer.Option(min=1, help="Frames per model call.", rich_help_panel=VLEMBED_PANEL)
@@ -192,6 +236,9 @@ def predict_command(
     except SetupError as exc:
         stderr.print(f"[red]vi predict: cannot start:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_SETUP) from None
+    except RecordError as exc:  # a clip's frames that cannot be decoded: the run cannot go on
+        stderr.print(f"[red]vi predict:[/red] {escape(exc.message)}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
     except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
         stderr.print(f"[red]vi predict:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
@@ -206,8 +253,7 @@ def _predict(args: dict) -> None:
 
     task, method = args["task"].value, args["method"]
     _task_check(args["task"], method, args["video_root"], args["clip_features"], args["descriptions"])
-    if args["pair"] != "both" and (method is not Method.vlembed or task != "diffmcq"):
-        raise ValueError("--pair chooses VLEmbed's DiffMCQ pair embedding; it does not apply here")
+    _refuse_unused_options(args)
     seed_everything(args["seed"])
     shard = Shard.parse(args["shard"]) if args["shard"] else Shard.from_slurm()
     rows = sp.read_benchmark(task, args["gt"], args["allow_unknown_categories"])
@@ -228,7 +274,7 @@ def _predict(args: dict) -> None:
         model = build(task, rows, args["gt"], args, advance_clips) if rows else None
         bar = progress.add_task(f"{method.value} {task}", total=len(rows))
         try:
-            for prediction in sp.predict_rows(task, rows, model):
+            for prediction in sp.predict_rows(task, rows, model, str(args["gt"])):
                 sink.write(dumps(prediction))
                 progress.advance(bar)
         finally:

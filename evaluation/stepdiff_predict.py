@@ -112,6 +112,29 @@ class ClipVideo:
     end: float
 
 
+def _video_span(path: str, spans: dict[str, float]) -> float:
+    """Seconds of frames in `path` (asked once per file); a file without frames is an error."""
+    if path not in spans:
+        media.check_readable(path)
+        if not media.probe(path).has_video:
+            raise RecordError("no_video_stream", f"{path} has no video stream")
+        spans[path] = media.video_span(path)
+    return spans[path]
+
+
+def _clip_video(video_root: Path, clip: str, video_id: str, start: float, end: float, spans: dict[str, float],
+                tolerance: float) -> ClipVideo:
+    own = find_video(video_root, clip)
+    if Path(own).is_file():
+        return ClipVideo(own, 0.0, _video_span(own, spans))
+    path = find_video(video_root, video_id)
+    span = _video_span(path, spans)
+    if end > span + tolerance or start >= span:
+        raise RecordError("clip_outside_video", f"clip {clip} ({start:g}-{end:g} s) is not inside {path}, whose "
+                          f"frames end at {span:.2f} s")
+    return ClipVideo(path, start, min(end, span))
+
+
 def clip_videos(task: str, rows: list[BenchmarkRow], video_root: Path, source: str,
                 tolerance: float = 0.5) -> dict[str, ClipVideo]:
     """The video of every clip the rows name: `<root>/<clip id>.<ext>` when the clip was cut
@@ -119,25 +142,14 @@ def clip_videos(task: str, rows: list[BenchmarkRow], video_root: Path, source: s
     Every missing video and clip outside its video is found before any model runs."""
     found: dict[str, ClipVideo] = {}
     problems: list[str] = []
-    durations: dict[str, float] = {}
+    spans: dict[str, float] = {}
     for item in rows:
         for clip in row_clips(task, item.row):
             if clip in found:
                 continue
             video_id, start, end = parse_clip_id(clip)
-            own = find_video(video_root, clip)
             try:
-                if Path(own).is_file():
-                    found[clip] = ClipVideo(own, 0.0, media.video_span(own))
-                    continue
-                path = find_video(video_root, video_id)
-                media.check_readable(path)
-                if path not in durations:
-                    durations[path] = media.probe(path).duration
-                if end > durations[path] + tolerance:
-                    raise RecordError("clip_outside_video", f"clip {clip} ends at {end:g} s, after the end of "
-                                      f"{path} ({durations[path]:.2f} s)")
-                found[clip] = ClipVideo(path, start, min(end, durations[path]))
+                found[clip] = _clip_video(video_root, clip, video_id, start, end, spans, tolerance)
             except RecordError as exc:
                 problems.append(f"{source} line {item.line}: {exc.message}")
     if problems:
@@ -155,16 +167,23 @@ OptionScoreFn = Callable[[str, str, str, str], float]
 TargetScoreFn = Callable[[str, str, str], float]
 
 
-def predict_rows(task: str, rows: list[BenchmarkRow], method) -> Iterator[dict]:
+def predict_rows(task: str, rows: list[BenchmarkRow], method, source: str = "the benchmark") -> Iterator[dict]:
     """One official prediction row per benchmark row, in order. `method` has `caption`
-    (DiffCap), `option_score` (DiffMCQ) or `target_score` (DiffRank)."""
+    (DiffCap), `option_score` (DiffMCQ) or `target_score` (DiffRank). A row the method cannot
+    answer (a prompt longer than the LLM's context) stops the run, naming the line: a missing
+    line would shift every prediction after it."""
     for item in rows:
-        row = item.row
-        if task == "diffcap":
-            yield {"generated_text": method.caption(row["reference"], row["candidate"], row["category"])}
-        elif task == "diffmcq":
-            yield {"scores": [float(method.option_score(ref, cand, row["difference"], row["category"]))
-                              for ref, cand in row["options"]]}
-        else:
-            yield {"scores": [float(method.target_score(row["reference"], target, row["category"]))
-                              for target in row["targets"]]}
+        try:
+            yield _predict_row(task, item.row, method)
+        except RecordError as exc:
+            raise BenchmarkFileError(f"{source} line {item.line}: {exc.message}") from None
+
+
+def _predict_row(task: str, row: dict, method) -> dict:
+    if task == "diffcap":
+        return {"generated_text": method.caption(row["reference"], row["candidate"], row["category"])}
+    if task == "diffmcq":
+        return {"scores": [float(method.option_score(ref, cand, row["difference"], row["category"]))
+                           for ref, cand in row["options"]]}
+    return {"scores": [float(method.target_score(row["reference"], target, row["category"]))
+                       for target in row["targets"]]}

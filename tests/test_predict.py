@@ -199,16 +199,29 @@ def test_unusable_input_is_refused_before_any_model_with_the_line_named(bench, t
     outside = write_jsonl(tmp_path / "outside.jsonl", [RANK[0], {**RANK[1], "reference": "vidB_4_9.5"}])
     missing = write_jsonl(tmp_path / "missing.jsonl", [{**RANK[0], "targets": [GREEN_A, "nope_0_2", BLUE_B, RED_A]}])
     unknown = write_jsonl(tmp_path / "unknown.jsonl", [{**RANK[0], "category": "Colour"}])
+    late = write_jsonl(tmp_path / "late.jsonl", [{**RANK[0], "reference": "vidB_6.1_6.4"}])
+    silent = tmp_path / "silent"
+    silent.mkdir()
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "anullsrc=d=6", str(silent / "vidB.mp4")],
+                   check=True)
+    for video in ("vid_A.mp4",):
+        (silent / video).symlink_to(bench["videos"] / video)
     cases = [
-        (outside, "diffrank", [], r"line 2: clip vidB_4_9.5 ends at 9.5 s, after the end"),
+        (late, "diffrank", [], r"line 1: clip vidB_6.1_6.4 \(6.1-6.4 s\) is not inside"),
+        (bench["diffrank"], "diffrank", ["--video-root", str(silent)], r"line 1: .*vidB.mp4 has no video stream"),
+        (bench["diffrank"], "diffrank", ["--llm", SMOL], "--llm: not read by --method vlembed"),
+        (bench["diffmcq"], "diffmcq", ["--pair", "both_clips"], "both_clips"),
+        (bench["diffrank"], "diffrank", ["-o", str(tmp_path / "x.jsonl"), "--resume", "--overwrite"], "give one"),
+        (outside, "diffrank", [], r"line 2: clip vidB_4_9.5 \(4-9.5 s\) is not inside .*vidB.mp4, whose frames end at 6.00 s"),
         (missing, "diffrank", [], r"line 1: .*nope\.mp4"),
         (unknown, "diffrank", [], r"line 1: unknown category 'Colour'"),
         (bench["diffcap"], "diffcap", [], "use --method socratic"),
         (bench["diffrank"], "diffrank", ["--pair", "reference"], "--pair"),
     ]
     for gt, task, extra, message in cases:
+        root = [] if "--video-root" in extra else ["--video-root", str(bench["videos"])]
         done = run_vi("predict", task, "--gt", str(gt), "--method", "vlembed", "--clip-model", "/no/such/model",
-                      "--video-root", str(bench["videos"]), *extra)
+                      *root, *extra)
         assert done.returncode == 2 and done.stdout == "", (gt, done.stderr)
         assert __import__("re").search(message, " ".join(done.stderr.split())), done.stderr
 
@@ -237,8 +250,20 @@ def test_continuation_likelihoods_match_llama_cpp_with_every_logit_kept(smol):
     target = reference.tokenize(caption.encode(), add_bos=False)
     reference.eval(context + target)
     expected = [reference.logits_to_logprobs(reference.scores[len(context) - 1 + i])[t] for i, t in enumerate(target)]
-    assert len(ours) == len(target) and np.allclose(ours, expected, atol=0.02)
+    assert len(ours) == len(target) and np.allclose(ours, expected, atol=1e-3)
     assert not np.allclose(ours, other, atol=0.02)  # the descriptions are read, not ignored
+
+
+def test_a_prompt_longer_than_the_context_stops_the_run_naming_the_line(bench, tmp_path):
+    long = write_jsonl(tmp_path / "long.jsonl", [{"id": c, "description": {"step": " ".join([t] * 40)}}
+                                                 for c, t in DESCRIPTIONS.items()])
+    done = run_vi("predict", "diffrank", "--gt", str(bench["diffrank"]), "--descriptions", str(long), "--llm", SMOL,
+                  "--n-ctx", "1024", "--device", "cpu", "-q")
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"{bench['diffrank']} line 1: prompt and answer take" in " ".join(done.stderr.split())
+    refused = run_vi("predict", "diffrank", "--gt", str(bench["diffrank"]), "--descriptions", str(long),
+                     "--vlm", "none", "--llm", SMOL)
+    assert refused.returncode == 2 and "--vlm is about describing clips from --video-root" in refused.stderr
 
 
 def test_socratic_predictions_on_all_three_tasks_with_smollm2(bench, smol, tmp_path):
@@ -282,3 +307,12 @@ def test_socratic_describes_clips_from_the_video_root_and_saved_sentences_give_t
     again = run_vi(*common, "--descriptions", str(saved), check=True)
     np.testing.assert_allclose([r["scores"] for r in jsonl(again.stdout)], [r["scores"] for r in jsonl(here.stdout)],
                                atol=1e-6)
+
+
+def test_clip_features_of_another_model_are_refused_naming_the_file(bench, tmp_path):
+    features = tmp_path / "other.npz"
+    np.savez(features, id=np.array(list(COLOUR)), embedding=np.ones((4, 7), np.float32))
+    done = run_vi("predict", "diffrank", "--gt", str(bench["diffrank"]), "--method", "vlembed", "--clip-model",
+                  str(bench["clip"]), "--clip-features", str(features), "-q")
+    assert done.returncode == 2 and f"--clip-features {features} comes from another model" in " ".join(
+        done.stderr.split())

@@ -21,8 +21,8 @@ from vi.core.models.cache import load_once
 from vi.core.models.resolve import resolve_model
 
 GPU_KINDS = ("cuda", "mps")
-MESSAGE_OVERHEAD_TOKENS = 8
-DECODE_CHUNK = 256  # tokens per scoring batch: below llama.cpp's default n_batch/n_ubatch of 512  # role markers and separators the chat template adds per message
+MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators the chat template adds per message
+DECODE_CHUNK = 256  # most tokens per scoring batch (and never more than the context's n_batch)
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,11 @@ def load_chat_llm(ref: str, *, n_ctx: int = 4096, device: str = "auto", seed: in
 
 
 # --- likelihoods, for scoring answers rather than sampling them -----------------------------
-# llama.cpp keeps logits only for the last token of each evaluation (no logits_all: that would
-# hold n_ctx x vocabulary floats, 2.5 GB for Qwen2.5 at 4k), so a continuation is scored one
-# token at a time after its context. The KV cache of the longest prefix shared with the
-# previous evaluation is kept: the options of one question share most of their prompt.
+# llama.cpp is not asked for logits_all (that holds n_ctx x vocabulary floats, 2.5 GB for
+# Qwen2.5 at 4k): the context is evaluated with the logits of its last token only, then the
+# answer in one batch that keeps the logits of each of its tokens. The KV cache of the longest
+# prefix shared with the previous evaluation is kept: the chat template's start always, the
+# whole reference description when one reference is scored against several targets.
 
 def _chat_formatter(llm: ChatLLM):
     """The model's own chat template (GGUF metadata), as llama-cpp-python renders it for chat."""
@@ -207,21 +208,35 @@ def _decode_keeping_logits(llm: ChatLLM, tokens: Sequence[int]) -> np.ndarray:
     return logits
 
 
+def _split_tokens(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: str, continuation: str
+                  ) -> tuple[list[int], list[int]]:
+    """(context tokens, continuation tokens), cut from the tokens of the whole text: tokenised
+    alone, a continuation would gain SentencePiece's leading space (Llama-2, Mistral, Phi-3)."""
+    context = chat_prompt_tokens(llm, messages, reply_prefix)
+    rendered = _chat_formatter(llm)(messages=messages)
+    whole = llm.llama.tokenize((rendered.prompt + reply_prefix + continuation).encode("utf-8"),
+                               add_bos=not rendered.added_special, special=True)
+    shared = 0  # where the two differ, if a token straddles the boundary: score from there
+    while shared < min(len(context), len(whole)) and context[shared] == whole[shared]:
+        shared += 1
+    return whole[:shared], whole[shared:]
+
+
 def continuation_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continuation: str,
                            reply_prefix: str = "") -> list[float]:
     """log P(token | everything before) for each token of `continuation`, which follows the
     chat prompt and `reply_prefix` in the assistant's turn."""
-    context = chat_prompt_tokens(llm, messages, reply_prefix)
-    target = llm.llama.tokenize(continuation.encode("utf-8"), add_bos=False, special=False)
-    if not target:
-        raise ValueError("an empty continuation has no likelihood")
+    context, target = _split_tokens(llm, messages, reply_prefix, continuation)
+    if not target or not continuation or not context:
+        raise ValueError("an empty continuation (or prompt) has no likelihood")
     if len(context) + len(target) > llm.n_ctx:
         raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
                           f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
     _evaluate(llm, context)
     logits = [_last_logits(llm).copy()]
-    for first in range(0, len(target) - 1, DECODE_CHUNK):  # within llama.cpp's batch size
-        logits += list(_decode_keeping_logits(llm, target[first:min(first + DECODE_CHUNK, len(target) - 1)]))
+    chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
+    for first in range(0, len(target) - 1, chunk):
+        logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
     log_probs = _log_softmax(np.stack(logits))
     return [float(log_probs[i, token]) for i, token in enumerate(target)]
 
