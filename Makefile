@@ -74,7 +74,7 @@ demo: sample
 # The keysteps come annotated (sample/stepdiff_keysteps.jsonl: labels, as HT-Step gives them)
 # and go through vi probe | vi transcribe, so each clip carries the narration whisper heard.
 # Not the other chains, because both lose what the pairs compare:
-# - vi clips --from-segments: a segment row carries no narration, and offline vi describe
+# - vi clips --from-segments (without --transcripts): no narration, and offline vi describe
 #   then has only ImageNet labels ("orange, lemon, croquet ball" became "a person playing a
 #   game with a croquet ball");
 # - extract-steps | clips | pair --match embedding: step texts group by the fruit they name,

@@ -44,6 +44,10 @@ def clips_command(
     keysteps: Annotated[Path | None, typer.Option(
         metavar="FILE", help="With --from-benchmark: a segment file whose rows name the keystep of "
         "benchmark clips with the same video and times (to the millisecond).")] = None,
+    transcripts: Annotated[Path | None, typer.Option(
+        metavar="FILE", exists=True, dir_okay=False, help="With --from-benchmark or --from-segments: vi transcribe "
+        "records (JSONL) of the videos; each clip gets the narration spoken during it. A record matches a video "
+        "id by its id or its video's file name.")] = None,
     tolerance: Annotated[float, typer.Option(
         help="Seconds a clip may end after its video's end (time stamps and files disagree "
              "slightly).")] = 0.5,
@@ -52,6 +56,9 @@ def clips_command(
         raise ValueError("give --from-benchmark or --from-segments, not both")
     if keysteps is not None and not from_benchmark:
         raise ValueError("--keysteps names the keysteps of --from-benchmark clips; use it with --from-benchmark")
+    if transcripts is not None and not (from_benchmark or from_segments is not None):
+        raise ValueError("--transcripts gives narration to --from-benchmark or --from-segments clips; records "
+                         "of vi extract-steps carry their own transcript")
     if tolerance < 0:
         raise ValueError("--tolerance must not be negative")
     if from_benchmark or from_segments is not None:
@@ -61,6 +68,12 @@ def clips_command(
             raise ValueError("--input reads vi extract-steps records; with --from-benchmark or "
                              "--from-segments the clips come from that file")
         records = _annotated(from_benchmark or [], from_segments, video_root, keysteps)
+        if transcripts is not None:
+            found = clips.transcript_index(transcripts)
+            heard = {r.get("source_id") for r in records} & set(found)
+            log.info("--transcripts %s: narration for the clips of %d of %d videos", transcripts, len(heard),
+                     len({r.get("source_id") for r in records if r.get("source_id")}))
+            records = list(clips.with_narration(records, found))
         total = lambda: count_in_shard(records, opts.shard)
     else:
         records = clips.step_clips(read_records(opts.input, clips.STAGE))

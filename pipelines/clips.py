@@ -233,6 +233,42 @@ def keystep_lookup(path: Path) -> tuple[dict, list[Record]]:
         [c for c in clips if has_errors(c)]
 
 
+# --- narration for annotated clips ---------------------------------------------------------
+
+def transcript_index(path: Path) -> dict[str, Record]:
+    """{video id: record} for the `vi transcribe` records in the JSONL at `path`, under the
+    record's id and its video's file name without extension (what a YouTube id names)."""
+    index: dict[str, Record] = {}
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = loads(line)
+            except ValueError as exc:
+                raise ValueError(f"--transcripts {path} line {lineno}: not JSON ({exc})") from None
+            if not isinstance(record, dict) or "transcript" not in record or has_errors(record):
+                continue  # a video that failed to transcribe has no narration to give
+            for key in (record.get("id"), Path(record["video"]).stem if isinstance(record.get("video"), str) else None):
+                if isinstance(key, str) and key:
+                    index.setdefault(key, record)
+    return index
+
+
+def with_narration(records: Iterable[Record], transcripts: dict[str, Record]) -> Iterator[Record]:
+    """Each clip with the narration its video's transcript has during it, when there is one."""
+    for record in records:
+        transcript = None if has_errors(record) else transcripts.get(record.get("source_id"))
+        if transcript is None:
+            yield record
+            continue
+        try:
+            yield {**record, "narration": narration(spoken_segments(transcript), record["start"], record["end"])}
+        except RecordError as exc:
+            yield rejected(record, exc.kind, f"clip {record['id']}: the transcript of {record['source_id']}: "
+                           f"{exc.message}")
+
+
 # --- records of vi extract-steps ------------------------------------------------------------
 
 def spoken_segments(record: Record) -> list[dict]:

@@ -123,6 +123,26 @@ def test_clips_from_segment_files_in_each_accepted_layout(video_root, tmp_path):
     assert first["keystep"] == "Mix" and "row 2: not a JSON object" in second["errors"][0]["message"]
 
 
+def test_annotated_clips_get_the_narration_of_their_videos_transcript(video_root, tmp_path):
+    segments = tmp_path / "segments.csv"
+    segments.write_text("video_id,start,end,step\nxyz,0.45,1.2,Chop onion\n_S2X,1,2,Boil water\nxyz,2,3.9,Boil\n")
+    transcripts = tmp_path / "transcripts.jsonl"
+    transcripts.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "some-probe-id", "video": str(video_root / "xyz.mp4"), "transcript": TRANSCRIPT},  # by file name
+        {"id": "_S2X", "video": "/elsewhere/other.mp4", "transcript": {"segments": [{"start": 0, "end": "x"}]}},
+        {"id": "nope", "errors": [{"stage": "transcribe", "kind": "unreadable_media", "message": "..."}]},
+        {"id": "nope", "video": str(video_root / "xyz.mp4"), "transcript": TRANSCRIPT}]))  # xyz's first one wins
+    done = run_vi("clips", "--from-segments", str(segments), "--video-root", str(video_root), "--transcripts",
+                  str(transcripts), "-q")
+    out = {r["id"]: r for r in jsonl(done.stdout)}
+    assert out["xyz_0.45_1.2"]["narration"] == "chop the onion." and out["xyz_2_3.9"]["narration"] == "Then boil water."
+    assert "transcript of _S2X" in out["_S2X_1_2"]["errors"][-1]["message"]  # a malformed one: named, not skipped
+    plain = jsonl(run_vi("clips", "--from-segments", str(segments), "--video-root", str(video_root), "-q").stdout)
+    assert all("narration" not in r for r in plain)
+    refused = run_vi("clips", "--transcripts", str(transcripts), stdin="")
+    assert refused.returncode == 2 and "--transcripts gives narration to --from-benchmark" in refused.stderr
+
+
 def test_a_segment_file_without_the_needed_columns_is_refused_before_any_record(video_root, tmp_path):
     bad = tmp_path / "segments.csv"
     bad.write_text("vid,begin,end,label\nxyz,0,1,Chop\n")
