@@ -7,7 +7,6 @@ The metrics live in `vi.evaluation.stepdiff_metrics`, the negative sampling in
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -16,11 +15,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 from vi.cli.app import app
-from vi.cli.stage import stage_help
-from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, SetupError
-from vi.core.progress import setup_logging, stderr
+from vi.cli.stage import run_command, stage_help
+from vi.core.progress import stderr
 from vi.core.records import dumps
-from vi.core.sink import DownstreamClosed, StdoutSink, claim_stdout
+from vi.core.sink import StdoutSink
 
 eval_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                        context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,22 +36,6 @@ UNKNOWN = Annotated[bool, typer.Option(
 OUTPUT = ("[bold]Writes:[/bold] one JSON object on stdout: {task, rows, METRICS, per_category: {CATEGORY: "
           "{rows, METRICS}}}; a table on stderr. Exit code 2 for a file that cannot be scored; the message "
           "names the file and line.")
-
-
-def _run(name: str, body: Callable[[], None]) -> None:
-    claim_stdout()  # stdout carries only the result: pycocoevalcap and torch print
-    setup_logging(False)
-    try:
-        body()
-    except SetupError as exc:
-        stderr.print(f"[red]vi eval {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(EXIT_SETUP) from None
-    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
-        stderr.print(f"[red]vi eval {name}:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except DownstreamClosed:
-        pass
-    raise typer.Exit(EXIT_OK)
 
 
 def _cell(value) -> str:
@@ -89,7 +71,7 @@ def _score(task: str, gt: Path, pred: Path, allow_unknown: bool) -> None:
         sink.write(dumps(result))
         sink.close()
 
-    _run(task, body)
+    run_command(f"eval {task}", body)
 
 
 @eval_app.command("diffcap", help=(
@@ -212,4 +194,4 @@ def mcq_negatives_command(
         if len(short) > 10:
             stderr.print(f"... and {len(short) - 10} more captions left out", highlight=False)
 
-    _run("mcq-negatives", body)
+    run_command("eval mcq-negatives", body)

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from vi.cli.app import app
-from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
-from vi.core.progress import log, make_progress, setup_logging, stderr
+from vi.cli.stage import run_command
+from vi.core.progress import log, make_progress, stderr
 from vi.core.records import dumps
 from vi.core.sharding import Shard
-from vi.core.sink import DownstreamClosed, claim_stdout, open_sink
+from vi.core.sink import open_sink
 
 
 class Task(str, Enum):
@@ -228,23 +227,8 @@ def predict_command(
     dtype: Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16 (torch models).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    claim_stdout()
-    setup_logging(False)
     args = dict(locals())
-    try:
-        _predict(args)
-    except SetupError as exc:
-        stderr.print(f"[red]vi predict: cannot start:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(EXIT_SETUP) from None
-    except RecordError as exc:  # a clip's frames that cannot be decoded: the run cannot go on
-        stderr.print(f"[red]vi predict:[/red] {escape(exc.message)}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
-        stderr.print(f"[red]vi predict:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except DownstreamClosed:
-        pass
-    raise typer.Exit(EXIT_OK)
+    run_command("predict", lambda: _predict(args))
 
 
 def _predict(args: dict) -> None:

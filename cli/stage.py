@@ -11,17 +11,18 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from vi.core.errors import EXIT_SETUP, EXIT_USAGE, SetupError
+from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
 from vi.core.progress import setup_logging, stderr
 from vi.core.seeding import seed_everything
 from vi.core.sharding import Shard
-from vi.core.sink import claim_stdout
+from vi.core.sink import DownstreamClosed, claim_stdout
 from vi.core.stream import Report, StreamOptions
 
 CONTRACT_PANEL = "Record stream (every stage)"
@@ -125,3 +126,25 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
 
     return decorate
 
+
+
+def run_command(name: str, body: Callable[[], None]) -> None:
+    """Run a command that is not a record stage (vi eval, vi predict) with the stages' exit
+    codes: 5 for a missing model or a setup failure, 2 for input or options it cannot use (the
+    message names file and line), 0 when a downstream reader such as `head` stops early."""
+    claim_stdout()  # stdout carries only the result: pycocoevalcap, torch and llama.cpp print
+    setup_logging(False)
+    try:
+        body()
+    except SetupError as exc:
+        stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_SETUP) from None
+    except RecordError as exc:  # e.g. frames that cannot be decoded: here, nothing to go on without
+        stderr.print(f"[red]vi {name}:[/red] {escape(exc.message)}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
+        stderr.print(f"[red]vi {name}:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except DownstreamClosed:
+        pass
+    raise typer.Exit(EXIT_OK)
