@@ -9,7 +9,9 @@ the text a prefix of a valid document; only a reply cut off by `max_tokens` can 
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,18 @@ def gguf_path(ref: str) -> Path:
     return path
 
 
+# llama-cpp-python frees a model in __del__, which at interpreter exit can run after the
+# modules it calls are torn down ("TypeError: 'NoneType' object is not callable" on stderr).
+# Models still open then are closed at exit, while everything still works.
+_open_models: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_models() -> None:
+    for model in list(_open_models):
+        model.close()
+
+
 class ChatLLM:
     """One loaded GGUF model: chat completions, optionally constrained to a JSON schema."""
 
@@ -90,6 +104,10 @@ class ChatLLM:
         except (ValueError, RuntimeError) as exc:
             raise SetupError(f"llama.cpp cannot load {path}: {exc}") from None
         self._formatter = None
+        _open_models.add(self)
+
+    def close(self) -> None:
+        self.llama.close()
 
     @property
     def n_ctx(self) -> int:
