@@ -172,9 +172,13 @@ def _chat_formatter(llm: ChatLLM):
 def chat_prompt_tokens(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: str = "") -> list[int]:
     """The tokens of `messages` in the model's chat template, up to the assistant's turn, then
     `reply_prefix` (the start of the answer: "In Video 2," seeds it as StepDiff does)."""
-    rendered = _chat_formatter(llm)(messages=messages)
-    return llm.llama.tokenize((rendered.prompt + reply_prefix).encode("utf-8"),
-                              add_bos=not rendered.added_special, special=True)
+    return _tokens(llm, _chat_formatter(llm)(messages=messages), reply_prefix)
+
+
+def _tokens(llm: ChatLLM, rendered, text: str) -> list[int]:
+    """The tokens of a rendered chat prompt followed by `text`."""
+    return llm.llama.tokenize((rendered.prompt + text).encode("utf-8"), add_bos=not rendered.added_special,
+                              special=True)
 
 
 def _evaluate(llm: ChatLLM, tokens: Sequence[int]) -> None:
@@ -230,10 +234,8 @@ def _split_tokens(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: st
                   ) -> tuple[list[int], list[int]]:
     """(context tokens, continuation tokens), cut from the tokens of the whole text: tokenised
     alone, a continuation would gain SentencePiece's leading space (Llama-2, Mistral, Phi-3)."""
-    context = chat_prompt_tokens(llm, messages, reply_prefix)
     rendered = _chat_formatter(llm)(messages=messages)
-    whole = llm.llama.tokenize((rendered.prompt + reply_prefix + continuation).encode("utf-8"),
-                               add_bos=not rendered.added_special, special=True)
+    context, whole = _tokens(llm, rendered, reply_prefix), _tokens(llm, rendered, reply_prefix + continuation)
     shared = 0  # where the two differ, if a token straddles the boundary: score from there
     while shared < min(len(context), len(whole)) and context[shared] == whole[shared]:
         shared += 1
@@ -270,12 +272,13 @@ def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = 
 def complete_reply(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: str = "", *,
                    max_tokens: int = 64, temperature: float = 0.0, seed: int = 0) -> ChatReply:
     """The assistant's reply, continuing `reply_prefix` (which is not repeated in the text)."""
-    prompt = chat_prompt_tokens(llm, messages, reply_prefix)
+    rendered = _chat_formatter(llm)(messages=messages)
+    prompt = _tokens(llm, rendered, reply_prefix)
     if len(prompt) + max_tokens > llm.n_ctx:
         raise RecordError("context_too_small", f"the prompt has {len(prompt)} tokens; with {max_tokens} "
                           f"to generate that is more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
     out = llm.llama.create_completion(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
-                                      seed=seed, stop=_chat_formatter(llm)(messages=messages).stop)
+                                      seed=seed, stop=rendered.stop)
     choice, usage = out["choices"][0], out.get("usage", {})
     return ChatReply(text=choice["text"], prompt_tokens=usage.get("prompt_tokens", 0),
                      completion_tokens=usage.get("completion_tokens", 0),
