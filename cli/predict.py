@@ -55,17 +55,6 @@ HELP = (
     "Exit 2 for an unusable file or option (the message names the line), 5 for a missing model.")
 
 
-def _task_check(task: Task, method: Method, video_root, clip_features, descriptions) -> None:
-    if method is Method.vlembed and task is Task.diffcap:
-        raise ValueError("vlembed scores pairs against text; it writes no captions: use --method socratic "
-                         "for diffcap")
-    if method is Method.vlembed and video_root is None and clip_features is None:
-        raise ValueError("vlembed needs the clips: give --video-root (or --clip-features from an earlier run)")
-    if method is Method.socratic and video_root is None and descriptions is None:
-        raise ValueError("socratic needs a sentence per clip: give --descriptions (vi describe's output) or "
-                         "--video-root to describe the clips here")
-
-
 # Options that only one method, or only one source of clips, reads: given where nothing reads
 # them, they are refused rather than silently ignored.
 VLEMBED_ONLY = {"clip_model": "dfn5b-clip-vit-h-14", "clip_arch": None, "pair": Pair.both, "frames": 8,
@@ -78,8 +67,17 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _refuse_unused_options(args: dict) -> None:
+def _check_options(args: dict) -> None:
+    """What the method needs is given, and nothing it would ignore."""
     method, task = args["method"], args["task"]
+    if method is Method.vlembed and task is Task.diffcap:
+        raise ValueError("vlembed scores pairs against text; it writes no captions: use --method socratic "
+                         "for diffcap")
+    if method is Method.vlembed and args["video_root"] is None and args["clip_features"] is None:
+        raise ValueError("vlembed needs the clips: give --video-root (or --clip-features from an earlier run)")
+    if method is Method.socratic and args["video_root"] is None and args["descriptions"] is None:
+        raise ValueError("socratic needs a sentence per clip: give --descriptions (vi describe's output) or "
+                         "--video-root to describe the clips here")
     other = SOCRATIC_ONLY if method is Method.vlembed else VLEMBED_ONLY
     given = [_flag(n) for n, default in other.items() if args[n] != default]
     if given:
@@ -145,7 +143,6 @@ def _socratic(task, rows, gt, args, advance_clips):
 
 
 def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str]:
-    from vi.core.errors import RecordError
     from vi.evaluation import socratic
     from vi.evaluation import stepdiff_predict as sp
     from vi.pipelines import describe as ds
@@ -154,23 +151,11 @@ def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str
     config = ds.DescribeConfig(vlm=args["vlm"], llm_model=args["llm"], n_ctx=args["n_ctx"], device=args["device"],
                                dtype=args["dtype"], seed=args["seed"])
     videos = sp.clip_videos(task, rows, args["video_root"], str(gt))
-    advance = advance_clips(len(needed))
-    out, saved = {}, []
-    for clip in sorted(needed):
-        video = videos[clip]
-        record = {"id": clip, "video": video.path, "start": video.start, "end": video.end}
-        try:
-            text = socratic.description_text(ds.describe(record, config))
-            saved.append({"id": clip, "description": text})
-        except RecordError as exc:
-            log.warning("predict: clip %s has no description (%s)", clip, exc.message)
-            text = None
-            saved.append({"id": clip, "error": {"kind": exc.kind, "message": exc.message}})
-        out[clip] = text or socratic.NOT_AVAILABLE
-        advance(1)
-    if args["save_descriptions"]:  # failures as error records: read back, they are warned about again
-        args["save_descriptions"].write_text("".join(dumps(r).decode() for r in saved))
-    return out
+    sentences, records = socratic.describe_clips({c: videos[c] for c in needed}, lambda r: ds.describe(r, config),
+                                                 advance_clips(len(needed)))
+    if args["save_descriptions"]:
+        args["save_descriptions"].write_text("".join(dumps(r).decode() for r in records))
+    return sentences
 
 
 @app.command("predict", help=HELP, short_help="Predictions on a StepDiff benchmark from a baseline (VLEmbed, "
@@ -236,8 +221,7 @@ def _predict(args: dict) -> None:
     from vi.evaluation import stepdiff_predict as sp
 
     task, method = args["task"].value, args["method"]
-    _task_check(args["task"], method, args["video_root"], args["clip_features"], args["descriptions"])
-    _refuse_unused_options(args)
+    _check_options(args)
     seed_everything(args["seed"])
     shard = Shard.parse(args["shard"]) if args["shard"] else Shard.from_slurm()
     rows = sp.read_benchmark(task, args["gt"], args["allow_unknown_categories"])

@@ -15,9 +15,12 @@ string of your own captioner), read from a file or made here by `vi describe`'s 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from vi.core.errors import RecordError
 from vi.core.models.llm import ChatLLM, answer_probability, complete_reply, continuation_log_probs
+from vi.core.progress import log
 from vi.evaluation import stepdiff_predict as sp
 from vi.evaluation.stepdiff_metrics import BenchmarkFileError, read_jsonl
 
@@ -55,6 +58,28 @@ def read_descriptions(path: Path, clips: set[str]) -> tuple[dict[str, str], list
                                  f"{', '.join(missing[:3])}; describe them (vi clips --from-benchmark ... | vi "
                                  "describe) or give --video-root to describe them here")
     return {**found, **{clip: NOT_AVAILABLE for clip in empty}}, empty
+
+
+def describe_clips(videos: dict, describe: Callable[[dict], dict], advance: Callable[[int], None] = lambda n: None
+                   ) -> tuple[dict[str, str], list[dict]]:
+    """({clip id: sentence}, records to save) for the clips in `videos` ({id: ClipVideo}), each
+    described by `describe` (vi describe's function on a clip record). A clip that cannot be
+    described is shown as NOT_AVAILABLE, and saved as an error record: read back, it is
+    warned about again rather than taken for a sentence."""
+    sentences, records = {}, []
+    for clip in sorted(videos):
+        video = videos[clip]
+        try:
+            text = description_text(describe({"id": clip, "video": video.path, "start": video.start,
+                                               "end": video.end}))
+            records.append({"id": clip, "description": text})
+        except RecordError as exc:
+            log.warning("predict: clip %s has no description (%s)", clip, exc.message)
+            text = None
+            records.append({"id": clip, "error": {"kind": exc.kind, "message": exc.message}})
+        sentences[clip] = text or NOT_AVAILABLE
+        advance(1)
+    return sentences, records
 
 
 def lower_first(text: str) -> str:
