@@ -1,6 +1,6 @@
-"""`vi predict TASK`: official-format predictions on a StepDiff benchmark, from a baseline.
+"""`vi predict TASK`: official-format predictions on a StepDiff benchmark, from a baseline or a trained model.
 
-The methods live in `vi.evaluation` (vlembed, socratic); the rows, videos and prompts in
+The methods live in `vi.evaluation` (vlembed, socratic, stepdiff_model_predict); the rows, videos and prompts in
 `vi.evaluation.stepdiff_predict`. This module parses options, builds the method, writes lines.
 """
 
@@ -29,6 +29,7 @@ class Task(str, Enum):
 class Method(str, Enum):
     vlembed = "vlembed"
     socratic = "socratic"
+    stepdiff = "stepdiff"
 
 
 class Pair(str, Enum):
@@ -37,7 +38,7 @@ class Pair(str, Enum):
     candidate = "candidate"
 
 
-METHOD_PANEL, VLEMBED_PANEL, SOCRATIC_PANEL = "Method", "VLEmbed", "Socratic"
+METHOD_PANEL, VLEMBED_PANEL, SOCRATIC_PANEL, STEPDIFF_PANEL = "Method", "VLEmbed", "Socratic", "StepDiff model"
 HELP = (
     "Predictions on a StepDiff benchmark file (DiffCap, DiffMCQ or DiffRank) in the official format, one line "
     "per benchmark line, for [cyan]vi eval TASK[/cyan] (or the official evaluation/run.py) to score.\n\n"
@@ -48,6 +49,10 @@ HELP = (
     "from --video-root), then a text LLM in StepDiff's prompt: DiffCap generates from \"The main difference "
     "in {category} is that in Video 2,\" (rewritten to \"... instead of ...\"); DiffMCQ scores log "
     "P(\"In Video 2, {caption}\"); DiffRank P(YES) to \"Do these two videos show the same {category}?\".\n\n"
+    "[bold]stepdiff[/bold] (all three): a model trained by [cyan]vi train stepdiff[/cyan] (--checkpoint), asked as "
+    "socratic asks its LLM, with the clips' projected encoder tokens in place of their sentences; the tokens come "
+    "from --features stores (made by the encoder the checkpoint was trained on), else are encoded from "
+    "--video-root with that encoder.\n\n"
     "[bold]Clips:[/bold] <video-root>/<clip id>.mp4 when the clip has its own file, else "
     "<video-root>/<youtube_id>.mp4 cut at the id's times. Every clip is checked before any model loads.\n\n"
     "[bold]Writes:[/bold] {generated_text} (DiffCap) or {scores: [4]} (DiffMCQ, DiffRank) per line. "
@@ -55,21 +60,35 @@ HELP = (
     "Exit 2 for an unusable file or option (the message names the line), 5 for a missing model.")
 
 
-# Options that only one method, or only one source of clips, reads: given where nothing reads
-# them, they are refused rather than silently ignored.
-VLEMBED_ONLY = {"clip_model": "dfn5b-clip-vit-h-14", "clip_arch": None, "pair": Pair.both, "frames": 8,
-                "batch_size": 64, "clip_features": None, "save_clip_features": None}
-SOCRATIC_ONLY = {"descriptions": None, "save_descriptions": None, "vlm": "auto", "llm": "qwen2.5-coder-1.5b",
-                 "n_ctx": 2048, "max_new_tokens": 64}
+# Options that only some methods read ({name: (default, the methods)}): given where nothing
+# reads them, they are refused rather than silently ignored.
+_V, _S, _M = {Method.vlembed}, {Method.socratic}, {Method.stepdiff}
+METHOD_OPTIONS = {
+    "clip_model": ("dfn5b-clip-vit-h-14", _V), "clip_arch": (None, _V), "pair": (Pair.both, _V), "frames": (8, _V),
+    "batch_size": (64, _V), "clip_features": (None, _V), "save_clip_features": (None, _V),
+    "descriptions": (None, _S), "save_descriptions": (None, _S), "vlm": ("auto", _S),
+    "llm": ("qwen2.5-coder-1.5b", _S), "n_ctx": (2048, _S), "max_new_tokens": (64, _S | _M),
+    "checkpoint": (None, _M), "features": (None, _M),
+}
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _given(args: dict, name: str) -> bool:
+    return args[name] not in (METHOD_OPTIONS[name][0], [], ())
+
+
 def _check_options(args: dict) -> None:
     """What the method needs is given, and nothing it would ignore."""
     method, task = args["method"], args["task"]
+    if method is Method.stepdiff and args["checkpoint"] is None:
+        raise ValueError("stepdiff needs the trained model: give --checkpoint (a vi train stepdiff run folder or "
+                         "one of its checkpoints)")
+    if method is Method.stepdiff and args["video_root"] is None and not args["features"]:
+        raise ValueError("stepdiff needs the clips' encoder tokens: give --features (vi encode-videos stores) or "
+                         "--video-root to encode the clips here")
     if method is Method.vlembed and task is Task.diffcap:
         raise ValueError("vlembed scores pairs against text; it writes no captions: use --method socratic "
                          "for diffcap")
@@ -78,8 +97,7 @@ def _check_options(args: dict) -> None:
     if method is Method.socratic and args["video_root"] is None and args["descriptions"] is None:
         raise ValueError("socratic needs a sentence per clip: give --descriptions (vi describe's output) or "
                          "--video-root to describe the clips here")
-    other = SOCRATIC_ONLY if method is Method.vlembed else VLEMBED_ONLY
-    given = [_flag(n) for n, default in other.items() if args[n] != default]
+    given = [_flag(n) for n, (_, methods) in METHOD_OPTIONS.items() if method not in methods and _given(args, n)]
     if given:
         raise ValueError(f"{', '.join(given)}: not read by --method {method.value}")
     if args["pair"] is not Pair.both and task is not Task.diffmcq:
@@ -88,7 +106,7 @@ def _check_options(args: dict) -> None:
         if args["video_root"] is not None:
             raise ValueError("--descriptions and --video-root are two sources of the clips' sentences: give one")
         for name in ("save_descriptions", "vlm"):
-            if args[name] != SOCRATIC_ONLY[name]:
+            if _given(args, name):
                 raise ValueError(f"{_flag(name)} is about describing clips from --video-root; with --descriptions "
                                  "no clip is described here")
     if args["resume"] and args["overwrite"]:
@@ -142,6 +160,12 @@ def _socratic(task, rows, gt, args, advance_clips):
     return socratic.Socratic(llm, descriptions, args["max_new_tokens"], args["seed"])
 
 
+def _stepdiff(task, rows, gt, args, advance_clips):
+    from vi.evaluation import stepdiff_model_predict
+
+    return stepdiff_model_predict.build(task, rows, gt, args)
+
+
 def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str]:
     from vi.evaluation import socratic
     from vi.evaluation import stepdiff_predict as sp
@@ -159,7 +183,7 @@ def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str
 
 
 @app.command("predict", help=HELP, short_help="Predictions on a StepDiff benchmark from a baseline (VLEmbed, "
-             "Socratic), in the official format.",
+             "Socratic) or a trained StepDiff model, in the official format.",
              epilog="Example: [cyan]vi predict diffmcq --gt diffmcq_dataset.jsonl --method vlembed --video-root "
                     "videos/ -o vlembed_diffmcq.jsonl && vi eval diffmcq --gt diffmcq_dataset.jsonl --pred "
                     "vlembed_diffmcq.jsonl[/cyan]")
@@ -167,7 +191,8 @@ def predict_command(
     task: Annotated[Task, typer.Argument(help="Which benchmark: diffcap, diffmcq or diffrank.")],
     gt: Annotated[Path, typer.Option("--gt", exists=True, dir_okay=False, show_default=False,
                                      help="The benchmark file (JSONL, official format).")],
-    method: Annotated[Method, typer.Option(help="The baseline.", rich_help_panel=METHOD_PANEL)] = Method.socratic,
+    method: Annotated[Method, typer.Option(help="The baseline, or stepdiff: a trained model.",
+                                           rich_help_panel=METHOD_PANEL)] = Method.socratic,
     video_root: Annotated[Path | None, typer.Option(
         file_okay=False, exists=True, help="Folder of the clips' videos (see Clips above).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
@@ -205,8 +230,15 @@ def predict_command(
     llm: Annotated[str, typer.Option(help="GGUF chat model that answers (an alias from `vi models`, a .gguf).",
                                      rich_help_panel=SOCRATIC_PANEL)] = "qwen2.5-coder-1.5b",
     n_ctx: Annotated[int, typer.Option(help="The LLM's context, in tokens.", rich_help_panel=SOCRATIC_PANEL)] = 2048,
-    max_new_tokens: Annotated[int, typer.Option(min=8, help="Longest DiffCap continuation, in tokens.",
-                                                rich_help_panel=SOCRATIC_PANEL)] = 64,
+    max_new_tokens: Annotated[int, typer.Option(min=8, help="Longest DiffCap continuation, in tokens (socratic, "
+                                                "stepdiff).", rich_help_panel=METHOD_PANEL)] = 64,
+    checkpoint: Annotated[Path | None, typer.Option(
+        exists=True, file_okay=False, help="The trained model: a run folder of vi train stepdiff (its newest "
+        "checkpoint) or one checkpoints/step-N folder.", rich_help_panel=STEPDIFF_PANEL)] = None,
+    features: Annotated[list[Path] | None, typer.Option(
+        "--features", metavar="DIR", exists=True, file_okay=False, help="A feature store of the clips (vi "
+        "encode-videos --store, ids = clip ids), repeatable; clips it lacks are encoded from --video-root.",
+        rich_help_panel=STEPDIFF_PANEL)] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16 (torch models).")] = "auto",
@@ -238,7 +270,7 @@ def _predict(args: dict) -> None:
             bar = progress.add_task("clips", total=total)
             return lambda n: progress.advance(bar, n)
 
-        build = _vlembed if method is Method.vlembed else _socratic
+        build = {Method.vlembed: _vlembed, Method.socratic: _socratic, Method.stepdiff: _stepdiff}[method]
         model = build(task, rows, args["gt"], args, advance_clips) if rows else None
         bar = progress.add_task(f"{method.value} {task}", total=len(rows))
         try:

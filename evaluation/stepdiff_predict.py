@@ -169,9 +169,10 @@ TargetScoreFn = Callable[[str, str, str], float]
 
 def predict_rows(task: str, rows: list[BenchmarkRow], method, source: str = "the benchmark") -> Iterator[dict]:
     """One official prediction row per benchmark row, in order. `method` has `caption`
-    (DiffCap), `option_score` (DiffMCQ) or `target_score` (DiffRank). A row the method cannot
-    answer (a prompt longer than the LLM's context) stops the run, naming the line: a missing
-    line would shift every prediction after it."""
+    (DiffCap), `option_score` (DiffMCQ) or `target_score` (DiffRank); one that scores a row's
+    four options (targets) in one batch has `option_scores(row)` (`target_scores(row)`), used
+    instead. A row the method cannot answer (a prompt longer than the LLM's context) stops the
+    run, naming the line: a missing line would shift every prediction after it."""
     for item in rows:
         try:
             yield _predict_row(task, item.row, method)
@@ -183,7 +184,11 @@ def _predict_row(task: str, row: dict, method) -> dict:
     if task == "diffcap":
         return {"generated_text": method.caption(row["reference"], row["candidate"], row["category"])}
     if task == "diffmcq":
+        if hasattr(method, "option_scores"):  # the row's four options at once (one batch)
+            return {"scores": [float(s) for s in method.option_scores(row)]}
         return {"scores": [float(method.option_score(ref, cand, row["difference"], row["category"]))
                            for ref, cand in row["options"]]}
+    if hasattr(method, "target_scores"):
+        return {"scores": [float(s) for s in method.target_scores(row)]}
     return {"scores": [float(method.target_score(row["reference"], target, row["category"]))
                        for target in row["targets"]]}

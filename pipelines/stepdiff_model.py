@@ -158,7 +158,8 @@ class StepDiffModel:
         stop = self.format.stop_ids
         config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=sample,
                                   temperature=temperature if sample else None, top_p=top_p if sample else None,
-                                  top_k=None, eos_token_id=stop, pad_token_id=tokenizer.pad_token_id or stop[0])
+                                  top_k=None, eos_token_id=stop, pad_token_id=tokenizer.pad_token_id or stop[0],
+                                  bos_token_id=self.llm.model.generation_config.bos_token_id)
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:

@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 _loaded: dict[Hashable, Any] = {}
 _failed: dict[Hashable, Exception] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a build may load the models it is made of
 load_counts: dict[Hashable, int] = {}  # how often each key was built: tests assert on it
 
 
