@@ -23,7 +23,7 @@ from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
-from vi.core.models import video_encoder as ve
+from vi.pipelines import video_encoder as ve
 from vi.core.records import finite_number
 from vi.pipelines.describe import clip_span
 

@@ -207,7 +207,7 @@ def read_datasets(specs: list[str], stage: str) -> tuple[list[Dataset], list[str
         raise ValueError("only one dataset can be read from stdin (-)")
     datasets, stores = [], []
     for spec in specs:
-        kind, path = parse_spec(spec)
+        _, path = parse_spec(spec)
         if path != "-" and not Path(path).is_file():
             raise ValueError(f"dataset {spec!r}: {path} is not a file")
         records = list(read_records(None if path == "-" else Path(path), stage))

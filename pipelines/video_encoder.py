@@ -245,8 +245,8 @@ _KINDS = {OPEN_CLIP: OpenClipEncoder, EFFICIENTNET: EfficientNetEncoder, HF: HFV
 
 
 def load_video_encoder(spec: EncoderSpec, placement: Placement) -> VideoEncoder:
-    """The encoder `spec` names, built once per process. Its model loads first, on its own: load_once's lock
-    is not re-entrant, so the encoder's build must find the model already loaded (load_once's fast path)."""
+    """The encoder `spec` names, built once per process (its model too, under its own key: shared with the
+    stages that score frames with the same model)."""
     kind = _KINDS[spec.kind]
     kind.load_model(spec, placement)
     return load_once(("video-encoder", spec, placement), lambda: kind(spec, placement))

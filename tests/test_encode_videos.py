@@ -16,7 +16,7 @@ from test_frame_scorers import make_tiny_clip
 from vi.core.devices import resolve_placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.features import FeatureStore, FeatureWriter
-from vi.core.models import video_encoder as ve
+from vi.pipelines import video_encoder as ve
 from vi.core.sharding import Shard
 from vi.core.stream import Stage, StreamOptions, run_stage
 from vi.pipelines import encode_videos as ev

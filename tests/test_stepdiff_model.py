@@ -199,7 +199,6 @@ def test_the_trained_model_scores_the_answer_it_was_taught_above_one_it_never_sa
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore
     from vi.pipelines.stepdiff_model import StepDiffModel
-    from vi.pipelines.train_stepdiff import latest_checkpoint
 
     store = FeatureStore(trained["store"])
     ranked = {}
@@ -226,7 +225,7 @@ def test_bad_training_options_are_refused_with_the_option_named(tmp_path):
     done = run_vi("train", "stepdiff", "-o", str(tmp_path / "r"), "--data", f"pair_qa:{task['train']}",
                   "--features", str(task["store"]), "--weights", "1,2")
     assert done.returncode == 2 and "one per --data" in done.stderr
-    (tmp_path / "r").mkdir()
+    (tmp_path / "r").mkdir(exist_ok=True)
     (tmp_path / "r" / "log.jsonl").write_text('{"split": "train", "step": 1, "loss": 1.0}\n')
     done = run_vi("train", "stepdiff", "-o", str(tmp_path / "r"), "--data", f"pair_qa:{task['train']}",
                   "--features", str(task["store"]))
