@@ -11,13 +11,14 @@ OUT ?= out
 PYTEST_ARGS ?=
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
-	stepdiff-baselines test test-fast bench wheel-check clean help
+	stepdiff-baselines stepdiff-model test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
 	@echo "make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]   the pipeline on your videos"
 	@echo "make stepdiff-demo   StepDiff's clips | describe | pair | pair-qa on two sample fruit salads"
 	@echo "make stepdiff-baselines   then vi predict (Socratic) + vi eval on a benchmark of those clips"
+	@echo "make stepdiff-model   then vi encode-videos | vi train stepdiff, vi ask, vi predict + vi eval"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -105,6 +106,33 @@ stepdiff-baselines: stepdiff-demo
 	    --descriptions $(STEPDIFF)/described.jsonl --output $(STEPDIFF)/bench/socratic_$$task.jsonl --overwrite; \
 	  $(VI) eval $$task --gt $(STEPDIFF)/bench/$$task.jsonl --pred $(STEPDIFF)/bench/socratic_$$task.jsonl \
 	    > $(STEPDIFF)/bench/socratic_$$task.scores.json; \
+	done
+
+# StepDiff's model on the demo's clips, from a fresh clone: EfficientNet-Lite0 tokens (the embedded
+# image model; a CLIP ViT where one is cached), SmolLM2-135M as the frozen LLM, the projector trained
+# on the demo's pair QA and the clips' narration (a quarter held out), then asked, and run on the
+# sample benchmark. A smoke run of the whole path: 25 samples teach a model nothing general.
+STEPDIFF_MODEL := $(STEPDIFF)/model
+STEPDIFF_STEPS ?= 60
+STEPDIFF_MODEL_LLM ?= smollm2-135m
+stepdiff-model: stepdiff-demo
+	@echo "== vi encode-videos | vi train stepdiff on the demo's clips and pair QA"
+	$(VI) encode-videos --encoder efficientnet-lite0 --store $(STEPDIFF)/features -i $(STEPDIFF)/clips.jsonl -q \
+	  | tee $(STEPDIFF)/encoded.jsonl \
+	  | $(VI) train stepdiff --data caption:- --data pair_qa:$(STEPDIFF)/pair_qa.jsonl --val-fraction 0.25 \
+	    --llm $(STEPDIFF_MODEL_LLM) --steps $(STEPDIFF_STEPS) --batch-size 4 --lr 1e-3 --warmup-steps 5 \
+	    --projector-dim 256 --eval-every 20 --save-every 20 --log-every 10 -o $(STEPDIFF_MODEL) --overwrite -q
+	@grep '"val"' $(STEPDIFF_MODEL)/log.jsonl
+	@echo "== vi ask"
+	$(VI) ask $(OUT)/sample/fruit_salad.mp4 $(OUT)/sample/fruit_salad_peeler.mp4 \
+	  "Which video shows the person peeling a fruit?" --checkpoint $(STEPDIFF_MODEL) -q
+	@echo "== vi predict --method stepdiff + vi eval on the sample benchmark"
+	$(BIN)/python -m vi.evaluation.stepdiff_sample_bench $(OUT)/sample $(STEPDIFF)/bench
+	for task in diffcap diffmcq diffrank; do \
+	  $(VI) predict $$task --gt $(STEPDIFF)/bench/$$task.jsonl --method stepdiff --checkpoint $(STEPDIFF_MODEL) \
+	    --video-root $(OUT)/sample --output $(STEPDIFF)/bench/stepdiff_$$task.jsonl --overwrite -q; \
+	  $(VI) eval $$task --gt $(STEPDIFF)/bench/$$task.jsonl --pred $(STEPDIFF)/bench/stepdiff_$$task.jsonl \
+	    > $(STEPDIFF)/bench/stepdiff_$$task.scores.json; \
 	done
 
 demo-transcribe: sample

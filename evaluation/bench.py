@@ -13,6 +13,8 @@ One run (about 8 minutes on 2 CPU cores) measures:
   the stage's encoder vs the encoder alone on the same frames (`bench_align`).
 - extract-steps: vi's call vs the raw llama.cpp chat completion on the same prompt and JSON
   schema (`bench_llm`).
+- StepDiff's model: training samples/s from a feature store vs re-encoding every step, and
+  DiffMCQ scoring with the 4 options batched vs one at a time (`bench_stepdiff`).
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -41,6 +43,7 @@ from rich.console import Console
 from vi.core.sink import claim_stdout
 from vi.evaluation.bench_align import bench_align_frames
 from vi.evaluation.bench_llm import bench_extract_steps, extract_steps_rows
+from vi.evaluation.bench_stepdiff import bench_stepdiff
 from vi.evaluation.benchtools import (
     Row,
     Sample,
@@ -347,6 +350,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results,
                      "extract_steps"):
             results["extract_steps"] = bench_extract_steps(sample)
+        with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
+                     "stepdiff"):
+            results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out)]
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -356,7 +362,8 @@ def all_rows(results: dict) -> list[Row]:
     return (transcribe_rows(results["transcribe_in_process"], results["transcribe_end_to_end"])
             + probe_rows(results["probe"]) + memory_rows(results["memory"])
             + [Row(**row) for row in results["align_frames"]]
-            + extract_steps_rows(results["extract_steps"]))
+            + extract_steps_rows(results["extract_steps"])
+            + [Row(**row) for row in results["stepdiff"]])
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
