@@ -67,13 +67,13 @@ def test_the_annotation_labels_each_photo_step_of_both_videos_with_a_shared_keys
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, str]:
-    """`make stepdiff-baselines` (stepdiff-demo, then the baselines) run once into a fresh OUT;
-    (OUT, what it printed)."""
+    """`make stepdiff-baselines stepdiff-model` (stepdiff-demo, then the baselines, then StepDiff's model
+    trained for a few steps) run once into a fresh OUT; (OUT, what it printed)."""
     need_sample_tools()
     out = tmp_path_factory.mktemp("stepdiff")
     done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), "stepdiff-baselines", f"OUT={out}",
-         f"VENV={BIN.parent}", f"STEPDIFF_LLM={SMOL}",
+        ["make", "--no-print-directory", "-C", str(REPO), "stepdiff-baselines", "stepdiff-model", f"OUT={out}",
+         f"VENV={BIN.parent}", f"STEPDIFF_LLM={SMOL}", "STEPDIFF_STEPS=6",
          "-o", f"{BIN.parent}/.stamps/install"],  # never reinstall from inside a test
         capture_output=True, text=True, timeout=1200, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -204,3 +204,19 @@ def test_the_socratic_baseline_runs_end_to_end_on_the_sample_benchmark(demo):
         scores = json.loads((bench / f"socratic_{task}.scores.json").read_text())
         assert scores["task"] == task and scores["rows"] == rows
     assert all(p["generated_text"] for p in jsonl((bench / "socratic_diffcap.jsonl").read_text()))
+
+
+@pytest.mark.slow
+def test_the_model_target_encodes_trains_asks_and_predicts_from_a_fresh_clone(demo):
+    out, printed = demo
+    folder = out / "stepdiff-demo"
+    encoded = jsonl((folder / "encoded.jsonl").read_text())
+    assert encoded and all(r["features"]["shape"] == [8, 49, 1280] for r in encoded)  # EfficientNet-Lite0
+    log = [json.loads(line) for line in (folder / "model" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if e["split"] == "val"] == [0, 6]
+    assert (folder / "model" / "checkpoints" / "step-0000006" / "projector.safetensors").is_file()
+    answer = [json.loads(line) for line in printed.splitlines() if line.startswith('{"id": "ask"')]
+    assert len(answer) == 1 and answer[0]["answer"]
+    for task, rows in (("diffcap", 6), ("diffmcq", 6), ("diffrank", 2)):
+        assert len(jsonl((folder / "bench" / f"stepdiff_{task}.jsonl").read_text())) == rows
+        assert json.loads((folder / "bench" / f"stepdiff_{task}.scores.json").read_text())["rows"] == rows
