@@ -23,8 +23,8 @@ from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
-from vi.pipelines import video_encoder as ve
 from vi.core.records import finite_number
+from vi.pipelines import video_encoder as ve
 from vi.pipelines.describe import clip_span
 
 STAGE = "encode-videos"
@@ -80,10 +80,11 @@ class Encoder:
 
     def known(self) -> dict[str, tuple[str, list[int]]]:
         if self._known is None:  # read once: other ranks write other ids, and this one adds its own below
-            self._known = {}
+            known = {}
             if self.config.store.is_dir() and not self.config.overwrite_features:
                 store = FeatureStore(self.config.store)
-                self._known = {i: (store.file(i).name, list(store.shape(i))) for i in store.ids()}
+                known = {i: (store.file(i).name, list(store.shape(i))) for i in store.ids()}
+            self._known = known  # only once read whole: a failed read is tried again, not taken as "empty"
         return self._known
 
     def write(self, tensors: dict) -> str:

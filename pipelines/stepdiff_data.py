@@ -35,6 +35,7 @@ class Sample:
     kind: str
     clips: tuple[str, ...]
     texts: tuple[str, ...]  # pair_qa: (question, answer); caption/interleaved: one text per clip
+    group: str = ""  # held out together: a pair's questions, a video's interleaved windows (they share clips)
 
 
 @dataclass
@@ -72,7 +73,8 @@ def _pair_samples(record: dict, skip) -> list[Sample]:
         q = _text(item.get("q") or item.get("question")) if isinstance(item, dict) else None
         a = _text(item.get("a") or item.get("answer")) if isinstance(item, dict) else None
         if q and a:
-            out.append(Sample(f"{record['id']}#{i}", "pair_qa", (str(ref["id"]), str(cand["id"])), (q, a)))
+            out.append(Sample(f"{record['id']}#{i}", "pair_qa", (str(ref["id"]), str(cand["id"])), (q, a),
+                              group=str(record["id"])))
         else:
             skip("qa item without q and a")
     if not out and not record.get("qa"):
@@ -86,14 +88,18 @@ def _interleaved(records: list[dict], window: int, skip) -> list[Sample]:
         if clip_text(record) is None:
             skip("no narration/caption")
             continue
-        videos.setdefault(str(record.get("source_id") or record.get("video")), []).append(record)
+        video = record.get("source_id") or record.get("video") or record.get("image")
+        if video is None:
+            skip("no source_id/video to order its clips by")
+            continue
+        videos.setdefault(str(video), []).append(record)
     out = []
-    for clips in videos.values():
+    for video, clips in videos.items():
         clips.sort(key=lambda r: (float(r.get("start") or 0.0), str(r["id"])))
         for first in range(len(clips) - window + 1):
             run = clips[first:first + window]
             out.append(Sample("+".join(str(r["id"]) for r in run), "interleaved",
-                              tuple(str(r["id"]) for r in run), tuple(clip_text(r) for r in run)))
+                              tuple(str(r["id"]) for r in run), tuple(clip_text(r) for r in run), group=video))
     return out
 
 
@@ -128,8 +134,9 @@ def make_dataset(spec: str, records: Iterable[dict], window: int = INTERLEAVED_W
 
 
 def held_out(sample: Sample, fraction: float, seed: int) -> bool:
-    """Whether `sample` is in the held-out split: a stable hash of its id, the same in every run."""
-    digest = hashlib.sha256(f"{seed}:{sample.id}".encode()).digest()
+    """Whether `sample` is in the held-out split: a stable hash of its group (else its id), the same in every
+    run; samples that share clips (a pair's questions, a video's overlapping windows) fall on one side."""
+    digest = hashlib.sha256(f"{seed}:{sample.group or sample.id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2 ** 64 < fraction
 
 
@@ -173,13 +180,24 @@ class Mixture:
     def take(self, count: int) -> list[Sample]:
         return [self.next() for _ in range(count)]
 
+    def fingerprints(self) -> list[str]:
+        """One hash per dataset of its samples' ids in order: the same name with other contents differs."""
+        return [hashlib.sha256("\n".join(s.id for s in d.samples).encode()).hexdigest()[:16] for d in self.datasets]
+
     def state(self) -> dict:
-        return {"position": self.position, "drawn": list(self.drawn), "datasets": [d.name for d in self.datasets]}
+        return {"position": self.position, "drawn": list(self.drawn), "datasets": [d.name for d in self.datasets],
+                "fingerprints": self.fingerprints(), "weights": self.weights}
 
     def load_state(self, state: dict) -> None:
         if state.get("datasets") != [d.name for d in self.datasets]:
             raise ValueError(f"--resume: the checkpoint was trained on {state.get('datasets')}, not on "
                              f"{[d.name for d in self.datasets]}; give the same --data in the same order")
+        changed = [d.name for d, old, new in zip(self.datasets, state.get("fingerprints", []), self.fingerprints())
+                   if old != new]
+        if changed or state.get("weights") != self.weights:
+            what = f"the samples of {', '.join(changed)} changed" if changed else "--weights changed"
+            raise ValueError(f"--resume: {what} since the checkpoint (files rewritten, clips added to a store?), so "
+                             "its data position means other samples now; start a new run (--init-from)")
         self.position, self.drawn = int(state["position"]), [int(n) for n in state["drawn"]]
 
 

@@ -54,6 +54,8 @@ class StepDiffModel:
               **projector_options) -> StepDiffModel:
         llm = load_causal_lm(resolve_causal_lm(llm_ref), placement)
         resolved = PromptFormat(llm.tokenizer, template).template
+        frames = int(encoder.get("frames_out") or encoder.get("frames") or 1)
+        projector_options.setdefault("max_frames", max(ProjectorConfig.max_frames, frames))
         projector_config = ProjectorConfig(input_dim=int(encoder["dim"]), output_dim=llm.hidden_size,
                                            **projector_options)
         projector = PerceiverResampler(projector_config).to(placement.device)  # float32: trained
@@ -163,7 +165,10 @@ class StepDiffModel:
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            out = self.llm.model.generate(inputs_embeds=embeds, attention_mask=mask, generation_config=config)
+            # use_model_defaults=False: an LLM's generation_config.json (Qwen2.5's samples at 0.7 with a
+            # repetition penalty) would otherwise fill every field left at its default, greedy included.
+            out = self.llm.model.generate(inputs_embeds=embeds, attention_mask=mask, generation_config=config,
+                                          use_model_defaults=False)
         finally:
             torch.random.set_rng_state(generator_state)
         ids = [t for t in out[0].tolist() if t not in stop]

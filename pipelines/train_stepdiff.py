@@ -110,6 +110,7 @@ class Trainer:
 
         self.scheduler = get_cosine_schedule_with_warmup(self.optimizer, config.warmup_steps, config.steps)
         self.step = 0
+        self.window = [0.0, 0]  # train loss summed over the steps since the last log line, and their count
         self.log_path = config.output / LOG
 
     # --- state ---------------------------------------------------------------------------------
@@ -118,6 +119,8 @@ class Trainer:
         from safetensors.torch import load_file
 
         weights = load_file(str(checkpoint / "projector.safetensors"))
+        if weights_only:
+            self._same_model(checkpoint)
         try:
             self.accelerator.unwrap_model(self.model.projector).load_state_dict(weights)
         except RuntimeError as exc:
@@ -129,11 +132,25 @@ class Trainer:
         self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu"))
         self.scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt", map_location="cpu"))
         self.mixture.load_state(state["data"])
-        self.step = int(state["step"])
+        self.step, self.window = int(state["step"]), list(state.get("window", [0.0, 0]))
+        scaler = getattr(self.accelerator, "scaler", None)
+        if scaler is not None and (checkpoint / "scaler.pt").is_file():  # fp16: the loss scale and its history
+            scaler.load_state_dict(torch.load(checkpoint / "scaler.pt", map_location="cpu"))
         if self.accelerator.is_main_process and self.log_path.is_file():  # one run, one log
             kept = [line for line in self.log_path.read_text().splitlines()
                     if line.strip() and json.loads(line)["step"] <= self.step]
             self.log_path.write_text("".join(line + "\n" for line in kept))
+
+    def _same_model(self, checkpoint: Path) -> None:
+        """--init-from: the other run's projector must sit between the same encoder and LLM."""
+        from vi.pipelines.stepdiff_model import ModelConfig
+
+        other, mine = ModelConfig.load(checkpoint), self.model.config
+        differ = sorted(k for k in set(other.encoder) & set(mine.encoder) if other.encoder[k] != mine.encoder[k])
+        if differ or other.llm != mine.llm:
+            what = f"encoder ({', '.join(differ)})" if differ else f"LLM ({other.llm}, not {mine.llm})"
+            raise ValueError(f"--init-from {checkpoint}: it was trained with another {what}; its projector "
+                             "would read tokens it never saw")
 
     def save(self) -> None:
         self.accelerator.wait_for_everyone()
@@ -151,7 +168,10 @@ class Trainer:
             self.model.projector = projector
         torch.save(self.optimizer.state_dict(), partial / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), partial / "scheduler.pt")
+        if getattr(self.accelerator, "scaler", None) is not None:
+            torch.save(self.accelerator.scaler.state_dict(), partial / "scaler.pt")
         (partial / STATE).write_text(json.dumps({"step": self.step, "data": self.mixture.state(),
+                                                 "window": self.window,
                                                  "config": self.config.as_json()}, indent=1) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         partial.replace(final)
@@ -173,13 +193,22 @@ class Trainer:
         with self.accelerator.autocast():
             return self.model.loss(sequences, self._features(samples))
 
+    def val_subset(self) -> list[Sample]:
+        """At most --val-samples held-out samples, drawn from every dataset alike (a seeded shuffle), the same
+        ones at every evaluation."""
+        import random
+
+        if len(self.val) <= self.config.val_samples:
+            return self.val
+        return random.Random(f"{self.config.seed}:val").sample(self.val, self.config.val_samples)
+
     @torch.no_grad()
     def held_out_loss(self) -> float | None:
         """Mean negative log-likelihood per answer token over the held-out samples (all processes)."""
         if not self.val:
             return None
         self.model.projector.eval()
-        mine = self.val[:self.config.val_samples][self.accelerator.process_index::self.accelerator.num_processes]
+        mine = self.val_subset()[self.accelerator.process_index::self.accelerator.num_processes]
         total = torch.zeros(2, device=self.accelerator.device)
         for first in range(0, len(mine), self.config.batch_size):
             batch = mine[first:first + self.config.batch_size]
@@ -217,22 +246,23 @@ class Trainer:
         if self.step == 0:
             self._evaluate()
         self.model.projector.train()
-        started, window_loss, window_steps = time.perf_counter(), 0.0, 0
+        started, steps_timed = time.perf_counter(), 0
         with make_progress(config.quiet or not self.accelerator.is_main_process) as progress:
             bar = progress.add_task("train stepdiff", total=config.steps, completed=self.step)
             while self.step < config.steps:
                 loss = self.train_step()
                 if not math.isfinite(loss):
                     raise RuntimeError(f"step {self.step}: the training loss is {loss}; lower --lr")
-                window_loss, window_steps = window_loss + loss, window_steps + 1
+                self.window = [self.window[0] + loss, self.window[1] + 1]
+                steps_timed += 1
                 progress.update(bar, advance=1, description=f"train stepdiff loss {loss:.3f}")
                 if self.step % config.log_every == 0 or self.step == config.steps:
                     seconds = time.perf_counter() - started
-                    self.write_log({"split": "train", "step": self.step, "loss": round(window_loss / window_steps, 5),
+                    self.write_log({"split": "train", "step": self.step, "loss": round(self.window[0] / self.window[1], 5),
                                     "lr": self.scheduler.get_last_lr()[0],
-                                    "samples_per_s": round(window_steps * samples_per_step / seconds, 3),
+                                    "samples_per_s": round(steps_timed * samples_per_step / seconds, 3),
                                     "samples": self.step * samples_per_step})
-                    started, window_loss, window_steps = time.perf_counter(), 0.0, 0
+                    started, steps_timed, self.window = time.perf_counter(), 0, [0.0, 0]
                 if self.step % config.eval_every == 0 or self.step == config.steps:
                     self._evaluate()
                 if self.step % config.save_every == 0 or self.step == config.steps:
@@ -262,7 +292,11 @@ def train(config: TrainConfig, train_sets: list[Dataset], val: list[Sample], fea
     model = StepDiffModel.build(config.llm, features.info, placement, config.template, latents=config.latents,
                                 layers=config.layers, dim=config.projector_dim, heads=config.heads)
     if config.gradient_checkpointing:
+        # transformers recomputes activations only in train mode; the LLM stays frozen (no weight grads),
+        # and its dropout probabilities are the config's (0 in Llama, Qwen2, SmolLM2).
         model.llm.model.gradient_checkpointing_enable()
+        model.llm.model.config.use_cache = False
+        model.llm.model.train()
     trainer = Trainer(config, model, features, train_sets, val, accelerator)
     checkpoint = latest_checkpoint(config.output) if config.resume else None
     if config.resume and checkpoint is None:
@@ -279,6 +313,22 @@ def train(config: TrainConfig, train_sets: list[Dataset], val: list[Sample], fea
     # process takes its slice of one global batch per step.
     model.projector, trainer.optimizer = accelerator.prepare(model.projector, trainer.optimizer)
     return trainer.run()
+
+
+def _check_same_data(accelerator, train_sets: list[Dataset], val: list[Sample]) -> None:
+    """Every process must hold the same samples (each takes its slice of one global batch): a store that
+    grew while they started, or files that differ between nodes, would silently break that."""
+    if accelerator.num_processes == 1:
+        return
+    import hashlib
+
+    from accelerate.utils import gather_object
+
+    ids = "\n".join(s.id for d in train_sets for s in d.samples) + "\nval\n" + "\n".join(s.id for s in val)
+    seen = gather_object([hashlib.sha256(ids.encode()).hexdigest()])
+    if len(set(seen)) > 1:
+        raise ValueError("the processes read different training samples (a feature store still being written? files "
+                         "that differ between nodes?); wait for vi encode-videos to finish and start again")
 
 
 def _claim_output(config: TrainConfig, remove: bool = True) -> None:
@@ -301,6 +351,8 @@ def make_accelerator(device: str = "auto", mixed_precision: str = "auto"):
     from accelerate import Accelerator
 
     cpu = device == "cpu" or not torch.cuda.is_available()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no cuda device is available here")
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device for training is auto, cpu or cuda (the process's GPU comes from the "
                          f"launcher), got {device!r}")
@@ -324,6 +376,9 @@ def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[P
         raise ValueError("--resume continues this run's own checkpoint; --init-from starts a new run from another "
                          "one: give one")
     accelerator = make_accelerator(config.device, mixed_precision)
+    if accelerator.num_processes > 1 and any(sd.parse_spec(s)[1] == "-" for s in [*config.data, *val_specs]):
+        raise ValueError("a dataset on stdin (-) cannot be split across processes: every process reads a different "
+                         "part of the pipe. Write it to a file first (e.g. vi encode-videos ... -o clips.jsonl)")
     datasets, named = sd.read_datasets(config.data, "train")
     val_sets, val_named = sd.read_datasets(val_specs, "train") if val_specs else ([], [])
     stores = list(dict.fromkeys([str(p) for p in feature_dirs] + named + val_named))
@@ -334,6 +389,7 @@ def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[P
     datasets = sd.drop_unencoded(datasets, features.__contains__)
     train_sets, val = split_held_out(datasets, config.val_fraction, config.seed)
     val += [s for d in sd.drop_unencoded(val_sets, features.__contains__) for s in d.samples]
+    _check_same_data(accelerator, train_sets, val)
     _claim_output(config, remove=accelerator.is_main_process)  # every process checks; one removes
     accelerator.wait_for_everyone()
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(accelerator.mixed_precision, "float32")

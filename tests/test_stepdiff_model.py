@@ -104,6 +104,22 @@ def test_weights_set_the_mixture_and_a_restored_state_continues_the_same_stream(
     assert [s.id for s in again.take(50)] == expected
     with pytest.raises(ValueError, match="same --data"):
         Mixture([_dataset("b", 4), _dataset("a", 4)]).load_state(state)
+    with pytest.raises(ValueError, match="samples of a changed"):  # same file name, other contents
+        Mixture([_dataset("a", 5), _dataset("b", 4)], weights=[3, 1], seed=0).load_state(state)
+
+
+def test_a_pairs_questions_and_a_videos_windows_fall_on_one_side_of_the_held_out_split():
+    from vi.pipelines.train_stepdiff import split_held_out
+
+    pairs = [{"id": f"p{i}", "reference": {"id": f"r{i}"}, "candidate": {"id": f"c{i}"},
+              "qa": [{"q": f"Q{k}?", "a": "A"} for k in range(4)]} for i in range(20)]
+    clips = [{"id": f"v{v}_{i}", "source_id": f"v{v}", "start": float(i), "narration": "t"}
+             for v in range(10) for i in range(5)]
+    datasets = [make_dataset("pair_qa:qa.jsonl", pairs), make_dataset("interleaved:clips.jsonl", clips)]
+    train, val = split_held_out(datasets, 0.3, seed=0)
+    held = {s.group for s in val}
+    assert held and all(s.group not in held for d in train for s in d.samples)
+    assert len(val) + sum(len(d.samples) for d in train) == 80 + 30
 
 
 def test_interleaved_samples_are_three_consecutive_narrated_clips_of_one_video_and_bad_records_are_counted():
@@ -146,10 +162,33 @@ def test_scores_equal_the_log_likelihood_from_the_llms_full_logits(llm, tmp_path
             assert int(keep.sum()) == len(model.llm.tokenizer(answer, add_special_tokens=False)["input_ids"])
 
 
+@pytest.mark.slow
+def test_greedy_generation_stays_greedy_whatever_the_llms_own_generation_config_says(llm):
+    from vi.core.devices import resolve_placement
+    from vi.pipelines.stepdiff_model import StepDiffModel
+
+    torch.manual_seed(0)
+    model = StepDiffModel.build("smollm2-135m", ENCODER, resolve_placement("cpu"), latents=4, dim=32, heads=4)
+    features = {c: torch.randn(2, 4, 16) for c in ("a", "b")}
+    sequence, _ = model.format.pair_question(QUESTION, ("a", "b"), seed="The second video is")
+    defaults = model.llm.model.generation_config
+    saved = (defaults.do_sample, defaults.temperature, defaults.top_k)
+    defaults.do_sample, defaults.temperature, defaults.top_k = True, 5.0, 0  # as a generation_config.json may say
+    try:
+        answers = {model.generate(sequence, features, max_new_tokens=8, seed=seed) for seed in (1, 2, 3)}
+        sampled = {model.generate(sequence, features, max_new_tokens=8, sample=True, temperature=5.0, seed=seed)
+                   for seed in (1, 2, 3)}
+    finally:
+        defaults.do_sample, defaults.temperature, defaults.top_k = saved
+    assert len(answers) == 1  # greedy: one answer
+    assert len(sampled) > 1  # the same prompt sampled hot: not one answer
+
+
 # --- training ----------------------------------------------------------------------------------------
 
+# --log-every 6 does not divide --save-every 20: the resumed run must carry the train-loss window over.
 TRAIN = ("--steps", "40", "--batch-size", "4", "--lr", "2e-3", "--warmup-steps", "3", "--eval-every", "10",
-         "--save-every", "20", "--log-every", "5", "--device", "cpu", "-q", *TINY_PROJECTOR)
+         "--save-every", "20", "--log-every", "6", "--device", "cpu", "-q", *TINY_PROJECTOR)
 
 
 @pytest.fixture(scope="module")
