@@ -43,8 +43,13 @@ def check_info(store: str | Path, info: dict) -> None:
         _refuse_other(store, found, info)
 
 
+def differing_keys(found: dict, expected: dict) -> list[str]:
+    """The keys two encoder infos both have and disagree on: tokens of one are not tokens of the other."""
+    return sorted(k for k in set(found) & set(expected) if found[k] != expected[k])
+
+
 def _refuse_other(store: str | Path, found: dict, info: dict) -> None:
-    differ = sorted(k for k in set(found) & set(info) if found[k] != info[k])
+    differ = differing_keys(found, info)
     if differ:
         def show(d: dict) -> str:
             return ", ".join(f"{k}={d[k]!r}" for k in differ)

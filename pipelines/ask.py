@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
-from vi.core.features import INFO_FILE, FeatureStore, read_info
+from vi.core.features import INFO_FILE, FeatureStore, differing_keys, read_info
 from vi.core.models.cache import load_once
 from vi.core.seeding import record_seed
 
@@ -59,18 +59,13 @@ def load_model(folder: Path, placement: Placement):
     return load_once(key, lambda: StepDiffModel.from_checkpoint(folder, placement))
 
 
-def encoder_mismatch(found: dict, expected: dict) -> list[str]:
-    """The keys both encoder infos have and disagree on."""
-    return sorted(k for k in set(found) & set(expected) if found[k] != expected[k])
-
-
 def check_store(store: Path, expected: dict, checkpoint: Path, option: str = "--features") -> None:
     """Refuse a feature store whose encoder is not the one the checkpoint was trained on (ValueError)."""
     found = read_info(store)
     if found is None:
         raise ValueError(f"{option} {store}: no {INFO_FILE}, so not a feature store of vi encode-videos (or nothing "
                          "was encoded into it yet)")
-    differ = encoder_mismatch(found, expected)
+    differ = differing_keys(found, expected)
     if differ:
         def show(info: dict) -> str:
             return ", ".join(f"{k}={info[k]!r}" for k in differ)

@@ -143,10 +143,11 @@ class Trainer:
 
     def _same_model(self, checkpoint: Path) -> None:
         """--init-from: the other run's projector must sit between the same encoder and LLM."""
+        from vi.core.features import differing_keys
         from vi.pipelines.stepdiff_model import ModelConfig
 
         other, mine = ModelConfig.load(checkpoint), self.model.config
-        differ = sorted(k for k in set(other.encoder) & set(mine.encoder) if other.encoder[k] != mine.encoder[k])
+        differ = differing_keys(other.encoder, mine.encoder)
         if differ or other.llm != mine.llm:
             what = f"encoder ({', '.join(differ)})" if differ else f"LLM ({other.llm}, not {mine.llm})"
             raise ValueError(f"--init-from {checkpoint}: it was trained with another {what}; its projector "
