@@ -20,6 +20,8 @@ import pytest
 import torch
 from conftest import jsonl, run_vi
 from test_frame_scorers import make_tiny_clip
+from test_predict import BLUE_B, CAP, COLOUR, GREEN_A, RANK, RED_A, RED_B, VIDEOS, write_jsonl
+from test_predict import MCQ as BASELINE_MCQ
 from vi.core.devices import resolve_placement
 from vi.core.features import FeatureStore, FeatureWriter
 from vi.core.seeding import record_seed
@@ -30,26 +32,11 @@ from vi.pipelines.train_stepdiff import latest_checkpoint
 from vi.pipelines.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
 
 CPU = resolve_placement("cpu", "float32")
-VIDEOS = {"vid_A": ("red", "green"), "vidB": ("blue", "red")}  # 3 s of each colour
-RED_A, GREEN_A, BLUE_B, RED_B = "vid_A_0_3", "vid_A_3_6", "vidB_0_3", "vidB_3_6"  # <youtube id>_<start>_<end>
+# The videos, clip ids, DiffRank and DiffCap rows of the baselines' tests (test_predict), shared; the
+# DiffMCQ rows are two of its three.
 CLIPS = {RED_A: ("vid_A", 0, 3), GREEN_A: ("vid_A", 3, 6), BLUE_B: ("vidB", 0, 3), RED_B: ("vidB", 3, 6)}
-COLOUR = {RED_A: "red", GREEN_A: "green", BLUE_B: "blue", RED_B: "red"}
 QUESTION = "What colour is the second video?"
-MCQ = [
-    {"difference": "Green is used instead of red.", "category": "Visuals",
-     "options": [[RED_A, GREEN_A], [BLUE_B, RED_B], [RED_A, BLUE_B], [RED_B, GREEN_A]], "answer": [RED_A, GREEN_A]},
-    {"difference": "A red card.", "category": "Tools/Equipment",
-     "options": [[GREEN_A, RED_B], [BLUE_B, RED_B], [RED_A, GREEN_A], [RED_B, RED_A]], "answer": [RED_B, RED_A]},
-]
-RANK = [{"reference": RED_A, "targets": [GREEN_A, RED_B, BLUE_B, RED_A], "category": "Visuals", "scores": [1, 4, 0, 5]},
-        {"reference": BLUE_B, "targets": [GREEN_A, RED_B, BLUE_B, RED_A], "category": "Actions", "scores": [1, 1, 5, 1]}]
-CAP = [{"reference": RED_A, "candidate": BLUE_B, "category": "Ingredients",
-        "text": ["The person peels a plum instead of chopping an apple."]}]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+MCQ = [BASELINE_MCQ[0], BASELINE_MCQ[2]]  # the green-for-red and red-card rows
 
 
 @pytest.fixture(scope="module")
