@@ -117,7 +117,7 @@ def _vlembed(task, rows, gt, args, advance_clips):
     from vi.core.devices import resolve_placement
     from vi.evaluation import stepdiff_predict as sp
     from vi.evaluation import vlembed
-    from vi.pipelines.frame_scorers import ClipScorer, resolve_scorer
+    from vi.pipelines.common.frame_scorers import ClipScorer, resolve_scorer
 
     needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
     features = vlembed.load_clip_features(args["clip_features"]) if args["clip_features"] else {}

@@ -13,7 +13,7 @@ from vi.cli.stage import stage_command
 from vi.core.progress import log
 from vi.core.records import count_in_shard
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import probe
+from vi.pipelines.common import probe
 
 
 @stage_command(

@@ -105,7 +105,7 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
     from vi.core import media as vi_media
     from vi.core.models import load_once, resolve_model
     from vi.core.models.cache import load_counts
-    from vi.pipelines import transcribe as vi_transcribe
+    from vi.pipelines.common import transcribe as vi_transcribe
 
     # device="cpu" like the raw call (auto would pick a GPU where there is one).
     config = vi_transcribe.TranscribeConfig(align_model="none", device="cpu")
@@ -171,7 +171,7 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
 def bench_transcribe_end_to_end(media: Path, work: Path, out: Path, repeats: int) -> dict:
     """What a user runs: a fresh `vi transcribe` process against a fresh raw-whisperx one."""
     from vi.core.models import resolve_model
-    from vi.pipelines.transcribe import TranscribeConfig
+    from vi.pipelines.common.transcribe import TranscribeConfig
 
     record = work / "record.jsonl"
     run_checked([*vi_command(), "probe", str(media), "-q"], stdout=record)

@@ -25,7 +25,7 @@ from vi.core import media
 from vi.evaluation.mcq_negatives import read_clip_features, unit
 from vi.evaluation.stepdiff_predict import ClipVideo
 from vi.pipelines.describe import sample_times
-from vi.pipelines.frame_scorers import ClipScorer
+from vi.pipelines.common.frame_scorers import ClipScorer
 
 PAIR_MODES = ("both", "reference", "candidate")
 

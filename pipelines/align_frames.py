@@ -32,8 +32,8 @@ from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.pipelines import frame_scorers
-from vi.pipelines.frame_scorers import ScorerChoice
+from vi.pipelines.common import frame_scorers
+from vi.pipelines.common.frame_scorers import ScorerChoice
 
 STAGE = "align-frames"
 DECODE_CHUNK = 256  # frames decoded per decord call: 256 x 224 x 224 x 3 bytes = 38 MB

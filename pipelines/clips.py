@@ -31,7 +31,7 @@ from vi.core import media
 from vi.core.errors import RecordError
 from vi.core.records import (
     REJECTED, Record, content_id, finite_number, has_errors, invalid_line_record, loads, with_error)
-from vi.pipelines.transcript_text import is_speech, segments_of
+from vi.pipelines.common.transcript_text import is_speech, segments_of
 
 STAGE = "clips"
 BENCHMARK_FIELDS = ("reference", "candidate", "targets", "options", "answer")

@@ -26,8 +26,8 @@ from vi.core.errors import RecordError
 from vi.core.records import finite_number
 from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
-from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.transcript_text import Segment, speech_segments, timestamped_lines
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.common.transcript_text import Segment, speech_segments, timestamped_lines
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"

@@ -19,8 +19,8 @@ from pathlib import Path
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
-from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.transcript_text import cut_text, plain_text, speech_segments
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_segments
 
 STAGE = "filter-instructional"
 NO_TITLE = "(no title)"

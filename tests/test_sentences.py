@@ -1,4 +1,4 @@
-from vi.pipelines.sentences import ends_sentence, split_sentences
+from vi.pipelines.common.sentences import ends_sentence, split_sentences
 
 
 def words(*spec):

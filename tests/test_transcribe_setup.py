@@ -11,7 +11,7 @@ from conftest import jsonl, run_vi
 from vi.core import devices
 from vi.core.errors import SetupError
 from vi.core.models import cache as model_cache
-from vi.pipelines import transcribe
+from vi.pipelines.common import transcribe
 
 
 @pytest.fixture(scope="module")

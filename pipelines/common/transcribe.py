@@ -6,7 +6,7 @@ Backends:
   from Whisper's own cross-attention (faster-whisper's DTW alignment) computed on the
   encoder output each batch already produced, so word timing costs no second encoder pass.
 - faster-whisper: sequential (or batched) decoding with word_timestamps=True.
-Both end in sentence-level segments: see `vi.pipelines.sentences`.
+Both end in sentence-level segments: see `vi.pipelines.common.sentences`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from vi.core.errors import RecordError, SetupError
 from vi.core.models import get_spec, load_once, resolve_model
 from vi.core.progress import log
 from vi.core.models.sources import cache_dir, hub_path
-from vi.pipelines.sentences import ABBREVIATIONS, split_sentences
+from vi.pipelines.common.sentences import ABBREVIATIONS, split_sentences
 
 STAGE = "transcribe"
 BACKENDS = ("whisperx", "faster-whisper")

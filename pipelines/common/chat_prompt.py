@@ -64,7 +64,7 @@ def load_prompt(name: str, override: Path | None = None, needs: tuple[str, ...] 
     if override is not None:
         prompt = parse_prompt(Path(override).read_text(encoding="utf-8"), str(override))
     else:
-        text = resources.files("vi.pipelines").joinpath("prompt_templates", f"{name}.txt")
+        text = resources.files("vi.pipelines.common").joinpath("prompt_templates", f"{name}.txt")
         prompt = parse_prompt(text.read_text(encoding="utf-8"), f"{name}.txt")
     missing = [n for n in needs if n not in prompt.placeholders()]
     if missing:
