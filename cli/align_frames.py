@@ -10,7 +10,7 @@ from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import align_frames
+from vi.pipelines.showhowto import align_frames
 
 
 @stage_command(

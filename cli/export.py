@@ -18,7 +18,7 @@ from vi.core.progress import make_progress, setup_logging, stderr
 from vi.core.records import count_file, read_records
 from vi.core.sharding import Shard
 from vi.core.sink import claim_stdout
-from vi.pipelines import export_showhowto as showhowto
+from vi.pipelines.showhowto import export as showhowto
 
 export_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                          context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,7 +11,7 @@ from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import filter_instructional as fi
+from vi.pipelines.showhowto import filter_instructional as fi
 
 
 @stage_command(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.evaluation.samples import HOWTO_SAMPLES, make_howto_sample
-from vi.pipelines.align_frames import AlignConfig, align_record
+from vi.pipelines.showhowto.align_frames import AlignConfig, align_record
 
 FPS, EPS = 1.0, 15.0  # ShowHowTo's window
 

@@ -22,7 +22,7 @@ from vi.core import media
 from vi.evaluation.align_quality import truth_records
 from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample, time_spent_in
 from vi.pipelines.common import frame_scorers
-from vi.pipelines.align_frames import AlignConfig, align_record, candidate_windows, scorer_for, video_geometry
+from vi.pipelines.showhowto.align_frames import AlignConfig, align_record, candidate_windows, scorer_for, video_geometry
 
 TARGET_RATIO = 1.10
 

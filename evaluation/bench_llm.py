@@ -26,7 +26,7 @@ def transcript_record(truth_path: Path) -> dict:
 
 
 def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None) -> dict:
-    from vi.pipelines import extract_steps as es
+    from vi.pipelines.showhowto import extract_steps as es
     from vi.pipelines.common.transcript_text import speech_segments, timestamped_lines
 
     config = es.ExtractConfig(**({"model": model} if model else {}))

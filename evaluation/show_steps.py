@@ -20,7 +20,7 @@ from rich.table import Table
 
 from vi.core.records import Record, read_records
 from vi.evaluation.show_transcript import format_time
-from vi.pipelines.export_showhowto import safe_key
+from vi.pipelines.showhowto.export import safe_key
 
 STAGE = "show-steps"
 

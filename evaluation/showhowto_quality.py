@@ -55,7 +55,7 @@ def in_segment(aligned: list[dict], truth: list[dict], matches: list[int | None]
 
 
 def run(sample_dir: Path, llm: str, seeds: int) -> list[dict]:
-    from vi.pipelines import align_frames, extract_steps, filter_instructional
+    from vi.pipelines.showhowto import align_frames, extract_steps, filter_instructional
     from vi.pipelines.common import probe, transcribe
 
     asr = transcribe.TranscribeConfig()

@@ -18,8 +18,8 @@ from conftest import jsonl, run_vi
 from test_frame_scorers import make_tiny_clip
 from vi.core import media
 from vi.core.errors import RecordError
-from vi.pipelines import align_frames
-from vi.pipelines.align_frames import AlignConfig, align_record, candidate_times, order_preserving_choice
+from vi.pipelines.showhowto import align_frames
+from vi.pipelines.showhowto.align_frames import AlignConfig, align_record, candidate_times, order_preserving_choice
 
 # --- the choice: exact, against brute force ---------------------------------------------
 

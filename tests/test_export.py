@@ -17,7 +17,7 @@ from PIL import Image
 
 from conftest import VI, ffmpeg, run_vi
 from vi.core.sharding import Shard
-from vi.pipelines import export_showhowto as showhowto
+from vi.pipelines.showhowto import export as showhowto
 
 COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "white": (255, 255, 255),
            "black": (0, 0, 0), "yellow": (255, 255, 0)}  # second k of the video shows colour k

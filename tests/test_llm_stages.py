@@ -12,8 +12,8 @@ import pytest
 from conftest import jsonl, run_vi, shared
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatReply
-from vi.pipelines import extract_steps as es
-from vi.pipelines import filter_instructional as fi
+from vi.pipelines.showhowto import extract_steps as es
+from vi.pipelines.showhowto import filter_instructional as fi
 from vi.pipelines.common.chat_prompt import load_prompt, parse_prompt
 from vi.pipelines.common.transcript_text import Segment, cut_text, is_speech, speech_segments
 

@@ -1,0 +1,9 @@
+"""ShowHowTo (Soucek et al., "ShowHowTo: Generating Scene-Conditioned Step-by-Step Visual
+Instructions", CVPR 2025), Sec. 3: mining image-text step sequences from narrated videos.
+
+`filter_instructional` (is this transcript a how-to?), `extract_steps` (the LLM's steps with the
+times of the narration lines that state them), `align_frames` (one frame per step, in temporal
+order, by an exact order-preserving DP over frame-text scores), and `export` with
+`export_writers` (the release's `prompts.json` + image-strip layout, or webdataset shards).
+The generator of Sec. 4 (model, training, generation) will live here too.
+"""
