@@ -12,7 +12,7 @@ from vi.cli.stage import stage_command
 from vi.core.progress import stderr
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import ask as pa
+from vi.pipelines.stepdiff import ask as pa
 
 INTERACTIVE_ID = "ask"
 GENERATION = "Generation"

@@ -11,7 +11,7 @@ from vi.cli.stage import stage_command
 from vi.core.progress import log
 from vi.core.records import count_in_shard, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import clips
+from vi.pipelines.stepdiff import clips
 
 
 @stage_command(

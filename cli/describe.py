@@ -12,7 +12,7 @@ from vi.cli.stage import stage_command
 from vi.core.models.vlm import KNOWN_DETECTORS, KNOWN_VLMS
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import describe as ds
+from vi.pipelines.stepdiff import describe as ds
 
 
 @stage_command(

@@ -10,7 +10,7 @@ from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import encode_videos as ev
+from vi.pipelines.stepdiff import encode_videos as ev
 
 
 @stage_command(

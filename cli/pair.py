@@ -10,7 +10,7 @@ from vi.cli.stage import stage_command
 from vi.core.progress import stderr
 from vi.core.records import count_in_shard, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import pairing
+from vi.pipelines.stepdiff import pairing
 
 
 @stage_command(

@@ -12,7 +12,7 @@ from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import pair_qa as pq
+from vi.pipelines.stepdiff import pair_qa as pq
 
 
 def parse_types(text: str) -> tuple[int, ...]:

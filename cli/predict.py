@@ -169,7 +169,7 @@ def _stepdiff(task, rows, gt, args, advance_clips):
 def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str]:
     from vi.evaluation import socratic
     from vi.evaluation import stepdiff_predict as sp
-    from vi.pipelines import describe as ds
+    from vi.pipelines.stepdiff import describe as ds
 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and llama.cpp share the cores (vi describe)
     config = ds.DescribeConfig(vlm=args["vlm"], llm_model=args["llm"], n_ctx=args["n_ctx"], device=args["device"],

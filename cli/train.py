@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from vi.cli.app import app
 from vi.cli.stage import run_command
-from vi.pipelines.train_stepdiff import TrainConfig
+from vi.pipelines.stepdiff.train import TrainConfig
 
 train_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,7 +104,7 @@ def stepdiff_command(
                                       rich_help_panel=RUN)] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=RUN)] = False,
 ) -> None:
-    from vi.pipelines.train_stepdiff import run_training
+    from vi.pipelines.stepdiff.train import run_training
 
     def body() -> None:
         parsed = [float(w) for w in weights.split(",")] if weights else None

@@ -38,8 +38,8 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     import torch
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore, FeatureWriter
-    from vi.pipelines.stepdiff_model import StepDiffModel
-    from vi.pipelines.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
+    from vi.pipelines.stepdiff.model import StepDiffModel
+    from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
 
     placement = resolve_placement(device)
     clips = sample_clips(sample_dir)

@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from vi.pipelines import pair_qa as pq
+from vi.pipelines.stepdiff import pair_qa as pq
 
 # Two clips of one keystep each; same_action is the YES/NO a person gives to prompt type 3.
 PAIRS = [

@@ -95,8 +95,8 @@ def build(task: str, rows: list, gt, args: dict) -> StepDiffPredictor:
     its encoder, and every clip found (in a store, or its video under --video-root) before the model
     loads."""
     from vi.core.devices import resolve_placement
-    from vi.pipelines import ask
-    from vi.pipelines.stepdiff_model import ModelConfig
+    from vi.pipelines.stepdiff import ask
+    from vi.pipelines.stepdiff.model import ModelConfig
 
     folder = ask.resolve_checkpoint(args["checkpoint"])
     config = ModelConfig.load(folder)

@@ -34,7 +34,7 @@ from vi.evaluation.stepdiff_metrics import (
     parse_clip_id,
     read_jsonl,
 )
-from vi.pipelines.clips import find_video
+from vi.pipelines.stepdiff.clips import find_video
 
 SYSTEM = ("You are a helpful AI assistant that answers questions about a pair of videos. Answer in a single "
           "sentence. Here is the first video: {reference}. Here is the second video: {candidate}.")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from vi.evaluation.samples import STEPDIFF_ANNOTATION
-from vi.pipelines.clips import clip_id
+from vi.pipelines.stepdiff.clips import clip_id
 
 REFERENCE, CANDIDATE = "fruit_salad", "fruit_salad_peeler"
 CUT, PEEL, SQUEEZE = "cut the fruit", "peel the fruit", "squeeze juice over the fruit"

@@ -24,7 +24,7 @@ import numpy as np
 from vi.core import media
 from vi.evaluation.mcq_negatives import read_clip_features, unit
 from vi.evaluation.stepdiff_predict import ClipVideo
-from vi.pipelines.describe import sample_times
+from vi.pipelines.stepdiff.describe import sample_times
 from vi.pipelines.common.frame_scorers import ClipScorer
 
 PAIR_MODES = ("both", "reference", "candidate")

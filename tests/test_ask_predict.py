@@ -27,9 +27,9 @@ from vi.core.features import FeatureStore, FeatureWriter
 from vi.core.seeding import record_seed
 from vi.evaluation import stepdiff_model_predict as smp
 from vi.evaluation.stepdiff_predict import annotation_style
-from vi.pipelines import ask
-from vi.pipelines.train_stepdiff import latest_checkpoint
-from vi.pipelines.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
+from vi.pipelines.stepdiff import ask
+from vi.pipelines.stepdiff.train import latest_checkpoint
+from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
 
 CPU = resolve_placement("cpu", "float32")
 # The videos, clip ids, DiffRank and DiffCap rows of the baselines' tests (test_predict), shared; the

@@ -12,7 +12,7 @@ import pytest
 from conftest import ffmpeg, jsonl, run_vi, shared
 from vi.core.errors import RecordError
 from vi.core.records import REJECTED, has_errors
-from vi.pipelines import clips, pairing
+from vi.pipelines.stepdiff import clips, pairing
 
 VIDEO_IDS = ("abc_DEF-1", "_S2X", "xyz")  # youtube ids may hold "_", and start with it
 

@@ -23,7 +23,7 @@ from vi.core.errors import ModelNotAvailable, RecordError
 from vi.core.models import sources, vlm
 from vi.core.models.cache import load_counts
 from vi.core.models.llm import ChatReply
-from vi.pipelines import describe as ds
+from vi.pipelines.stepdiff import describe as ds
 
 SMOL = "smollm2-135m"
 CPU = resolve_placement("cpu", "float32")

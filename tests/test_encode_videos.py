@@ -16,11 +16,11 @@ from test_frame_scorers import make_tiny_clip
 from vi.core.devices import resolve_placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.features import FeatureStore, FeatureWriter
-from vi.pipelines import video_encoder as ve
+from vi.pipelines.stepdiff import video_encoder as ve
 from vi.core.sharding import Shard
 from vi.core.stream import Stage, StreamOptions, run_stage
-from vi.pipelines import encode_videos as ev
-from vi.pipelines.describe import sample_times
+from vi.pipelines.stepdiff import encode_videos as ev
+from vi.pipelines.stepdiff.describe import sample_times
 
 CPU = resolve_placement("cpu", "float32")
 FP16 = {"atol": 5e-3, "rtol": 5e-3}  # the store keeps float16

@@ -14,7 +14,7 @@ from conftest import jsonl, run_vi
 from vi.cli.pair_qa import parse_types, prompt_overrides
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatReply
-from vi.pipelines import pair_qa as pq
+from vi.pipelines.stepdiff import pair_qa as pq
 
 SMOL = "smollm2-135m"
 KNIFE = "The person chops a red onion with a chef's knife on a wooden board."

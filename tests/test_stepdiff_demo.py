@@ -17,7 +17,7 @@ from rich.console import Console
 from vi.evaluation import samples, stepdiff_sample_bench
 from vi.evaluation import stepdiff_predict as sp
 from vi.evaluation.show_pairs import show
-from vi.pipelines.pair_qa import DROP_REASONS
+from vi.pipelines.stepdiff.pair_qa import DROP_REASONS
 
 SMOL = "smollm2-135m"
 VIDEOS = tuple(samples.STEPDIFF_KEYSTEPS)  # fruit_salad, fruit_salad_peeler

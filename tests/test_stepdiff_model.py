@@ -11,8 +11,8 @@ import torch
 from conftest import run_vi
 from stepdiff_fixtures import COLOURS, ENCODER, QUESTION, TINY_PROJECTOR, make_colour_task
 from vi.core.models.perceiver import PerceiverResampler, ProjectorConfig
-from vi.pipelines.stepdiff_data import Dataset, Mixture, Sample, make_dataset
-from vi.pipelines.stepdiff_prompt import IGNORE, PAIR_SYSTEM, PromptFormat
+from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, make_dataset
+from vi.pipelines.stepdiff.prompt import IGNORE, PAIR_SYSTEM, PromptFormat
 
 # --- the projector --------------------------------------------------------------------------------
 
@@ -109,7 +109,7 @@ def test_weights_set_the_mixture_and_a_restored_state_continues_the_same_stream(
 
 
 def test_a_pairs_questions_and_a_videos_windows_fall_on_one_side_of_the_held_out_split():
-    from vi.pipelines.train_stepdiff import split_held_out
+    from vi.pipelines.stepdiff.train import split_held_out
 
     pairs = [{"id": f"p{i}", "reference": {"id": f"r{i}"}, "candidate": {"id": f"c{i}"},
               "qa": [{"q": f"Q{k}?", "a": "A"} for k in range(4)]} for i in range(20)]
@@ -141,7 +141,7 @@ def test_interleaved_samples_are_three_consecutive_narrated_clips_of_one_video_a
 @pytest.mark.slow
 def test_scores_equal_the_log_likelihood_from_the_llms_full_logits(llm, tmp_path):
     from vi.core.devices import resolve_placement
-    from vi.pipelines.stepdiff_model import StepDiffModel
+    from vi.pipelines.stepdiff.model import StepDiffModel
 
     torch.manual_seed(0)
     model = StepDiffModel.build("smollm2-135m", ENCODER, resolve_placement("cpu"), latents=4, dim=32, heads=4)
@@ -165,7 +165,7 @@ def test_scores_equal_the_log_likelihood_from_the_llms_full_logits(llm, tmp_path
 @pytest.mark.slow
 def test_greedy_generation_stays_greedy_whatever_the_llms_own_generation_config_says(llm):
     from vi.core.devices import resolve_placement
-    from vi.pipelines.stepdiff_model import StepDiffModel
+    from vi.pipelines.stepdiff.model import StepDiffModel
 
     torch.manual_seed(0)
     model = StepDiffModel.build("smollm2-135m", ENCODER, resolve_placement("cpu"), latents=4, dim=32, heads=4)
@@ -237,7 +237,7 @@ def test_a_resumed_run_reproduces_the_loss_curve_after_its_last_checkpoint(train
 def test_the_trained_model_scores_the_answer_it_was_taught_above_one_it_never_saw(trained):
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore
-    from vi.pipelines.stepdiff_model import StepDiffModel
+    from vi.pipelines.stepdiff.model import StepDiffModel
 
     store = FeatureStore(trained["store"])
     ranked = {}

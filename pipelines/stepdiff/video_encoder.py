@@ -28,7 +28,7 @@ from vi.core.errors import ModelNotAvailable, RecordError, SetupError
 from vi.core.models import vision
 from vi.core.models.cache import load_once
 from vi.core.models.sources import hub_snapshot
-from vi.pipelines.describe import sample_times
+from vi.pipelines.stepdiff.describe import sample_times
 from vi.pipelines.common.frame_scorers import IMAGENET_RESIZE, ClipScorer, ScorerChoice, _autocast, decode_size, fit, to_tensor
 
 OPEN_CLIP, EFFICIENTNET, HF = "open_clip", vision.IMAGENET_ARCH, "hf"

@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 from vi.core.progress import log, make_progress, stderr
 from vi.core.seeding import seed_everything
-from vi.pipelines.stepdiff_data import Dataset, Mixture, Sample, held_out
-from vi.pipelines.stepdiff_model import StepDiffModel
-from vi.pipelines.stepdiff_prompt import Sequence
+from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, held_out
+from vi.pipelines.stepdiff.model import StepDiffModel
+from vi.pipelines.stepdiff.prompt import Sequence
 
 CHECKPOINTS, LOG, STATE = "checkpoints", "log.jsonl", "trainer_state.json"
 
@@ -144,7 +144,7 @@ class Trainer:
     def _same_model(self, checkpoint: Path) -> None:
         """--init-from: the other run's projector must sit between the same encoder and LLM."""
         from vi.core.features import differing_keys
-        from vi.pipelines.stepdiff_model import ModelConfig
+        from vi.pipelines.stepdiff.model import ModelConfig
 
         other, mine = ModelConfig.load(checkpoint), self.model.config
         differ = differing_keys(other.encoder, mine.encoder)
@@ -369,7 +369,7 @@ def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[P
     """Read the datasets and the features, then train (what `vi train stepdiff` does)."""
     from vi.core.devices import Placement
     from vi.core.features import FeatureStore
-    from vi.pipelines import stepdiff_data as sd
+    from vi.pipelines.stepdiff import train_data as sd
 
     if not config.data:
         raise ValueError("give at least one --data KIND:PATH")

@@ -38,7 +38,7 @@ CACHED_CLIPS = 256  # clips encoded here, kept in memory (most recently used)
 
 def resolve_checkpoint(path: Path) -> Path:
     """The checkpoint folder `--checkpoint` means: itself, or the newest one of a run folder."""
-    from vi.pipelines.train_stepdiff import latest_checkpoint
+    from vi.pipelines.stepdiff.train import latest_checkpoint
 
     path = Path(path)
     if not path.is_dir():
@@ -53,7 +53,7 @@ def resolve_checkpoint(path: Path) -> Path:
 
 def load_model(folder: Path, placement: Placement):
     """The trained model, built once per process (its LLM too: shared with anything else loading it)."""
-    from vi.pipelines.stepdiff_model import StepDiffModel
+    from vi.pipelines.stepdiff.model import StepDiffModel
 
     key = ("stepdiff-model", str(Path(folder).resolve()), placement)
     return load_once(key, lambda: StepDiffModel.from_checkpoint(folder, placement))
@@ -101,7 +101,7 @@ class ClipFeatures:
 
     @property
     def encoder(self):
-        from vi.pipelines.video_encoder import load_video_encoder_from_info
+        from vi.pipelines.stepdiff.video_encoder import load_video_encoder_from_info
 
         return load_video_encoder_from_info(self.info, self.placement)  # built once (load_once)
 
@@ -115,7 +115,7 @@ class ClipFeatures:
                 image: bool = False):
         """The tokens of `path` from `start` to `end` (the whole video where None), encoded here once."""
         from vi.core import media
-        from vi.pipelines import video_encoder as ve
+        from vi.pipelines.stepdiff import video_encoder as ve
 
         media.check_readable(path)  # a missing file fails its record before the encoder loads
         key = (str(Path(path).resolve()), start, end, image)
@@ -205,7 +205,7 @@ class Asker:
     on the first record."""
 
     def __init__(self, config: AskConfig):
-        from vi.pipelines.stepdiff_model import ModelConfig
+        from vi.pipelines.stepdiff.model import ModelConfig
 
         if config.max_new_tokens < 1:
             raise ValueError(f"--max-new-tokens must be at least 1, got {config.max_new_tokens}")

@@ -18,7 +18,7 @@ import torch
 from vi.core.devices import Placement
 from vi.core.models.causal_lm import CausalLM, load_causal_lm, resolve_causal_lm
 from vi.core.models.perceiver import PerceiverResampler, ProjectorConfig
-from vi.pipelines.stepdiff_prompt import IGNORE, PromptFormat, Sequence
+from vi.pipelines.stepdiff.prompt import IGNORE, PromptFormat, Sequence
 
 CONFIG_FILE, WEIGHTS_FILE = "model.json", "projector.safetensors"
 

@@ -24,8 +24,8 @@ from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
 from vi.core.records import finite_number
-from vi.pipelines import video_encoder as ve
-from vi.pipelines.describe import clip_span
+from vi.pipelines.stepdiff import video_encoder as ve
+from vi.pipelines.stepdiff.describe import clip_span
 
 STAGE = "encode-videos"
 DECODE_THREADS = min(8, os.cpu_count() or 1)

@@ -35,7 +35,7 @@ from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_l
 from vi.core.progress import log
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.clips import VideoLengths
+from vi.pipelines.stepdiff.clips import VideoLengths
 from vi.pipelines.common.frame_scorers import IMAGENET_RESIZE, LABEL_SCORER, TOP_K, fit, label_names, to_tensor
 
 STAGE = "describe"
