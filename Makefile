@@ -97,10 +97,10 @@ stepdiff-demo: sample
 	@$(BIN)/python -m vi.evaluation.show_pairs $(STEPDIFF)/pair_qa.jsonl
 
 # The Socratic baseline end to end on a benchmark of the demo's clips whose differences are
-# known (evaluation/stepdiff_sample_bench.py): vi predict writes official-format predictions
+# known (evaluation/stepdiff/sample_benchmark.py): vi predict writes official-format predictions
 # from the demo's descriptions, vi eval scores them.
 stepdiff-baselines: stepdiff-demo
-	$(BIN)/python -m vi.evaluation.stepdiff_sample_bench $(OUT)/sample $(STEPDIFF)/bench
+	$(BIN)/python -m vi.evaluation.stepdiff.sample_benchmark $(OUT)/sample $(STEPDIFF)/bench
 	for task in diffcap diffmcq diffrank; do \
 	  $(VI) predict $$task --gt $(STEPDIFF)/bench/$$task.jsonl --method socratic --llm $(STEPDIFF_LLM) \
 	    --descriptions $(STEPDIFF)/described.jsonl --output $(STEPDIFF)/bench/socratic_$$task.jsonl --overwrite; \
@@ -127,7 +127,7 @@ stepdiff-model: stepdiff-demo
 	$(VI) ask $(OUT)/sample/fruit_salad.mp4 $(OUT)/sample/fruit_salad_peeler.mp4 \
 	  "Which video shows the person peeling a fruit?" --checkpoint $(STEPDIFF_MODEL) -q
 	@echo "== vi predict --method stepdiff + vi eval on the sample benchmark"
-	$(BIN)/python -m vi.evaluation.stepdiff_sample_bench $(OUT)/sample $(STEPDIFF)/bench
+	$(BIN)/python -m vi.evaluation.stepdiff.sample_benchmark $(OUT)/sample $(STEPDIFF)/bench
 	for task in diffcap diffmcq diffrank; do \
 	  $(VI) predict $$task --gt $(STEPDIFF)/bench/$$task.jsonl --method stepdiff --checkpoint $(STEPDIFF_MODEL) \
 	    --video-root $(OUT)/sample --output $(STEPDIFF)/bench/stepdiff_$$task.jsonl --overwrite -q; \

@@ -1,7 +1,7 @@
 """`vi eval`: score predictions on StepDiff's benchmarks, and build DiffMCQ instances.
 
-The metrics live in `vi.evaluation.stepdiff_metrics`, the negative sampling in
-`vi.evaluation.mcq_negatives`; this module only parses options and prints.
+The metrics live in `vi.evaluation.stepdiff.metrics`, the negative sampling in
+`vi.evaluation.stepdiff.mcq_negatives`; this module only parses options and prints.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def metrics_table(result: dict) -> Table:
 
 
 def _score(task: str, gt: Path, pred: Path, allow_unknown: bool) -> None:
-    from vi.evaluation.stepdiff_metrics import evaluate_files
+    from vi.evaluation.stepdiff.metrics import evaluate_files
 
     def body() -> None:
         result = evaluate_files(task, gt, pred, allow_unknown_categories=allow_unknown)
@@ -162,7 +162,7 @@ def mcq_negatives_command(
                       ] = "auto",
     allow_unknown_categories: UNKNOWN = False,
 ) -> None:
-    from vi.evaluation import mcq_negatives
+    from vi.evaluation.stepdiff import mcq_negatives
 
     def body() -> None:
         if str(input) == "-" and sys.stdin.isatty():

@@ -1,7 +1,7 @@
 """`vi predict TASK`: official-format predictions on a StepDiff benchmark, from a baseline or a trained model.
 
 The methods live in `vi.evaluation` (vlembed, socratic, stepdiff_model_predict); the rows, videos and prompts in
-`vi.evaluation.stepdiff_predict`. This module parses options, builds the method, writes lines.
+`vi.evaluation.stepdiff.predict`. This module parses options, builds the method, writes lines.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def _check_options(args: dict) -> None:
 
 def _vlembed(task, rows, gt, args, advance_clips):
     from vi.core.devices import resolve_placement
-    from vi.evaluation import stepdiff_predict as sp
-    from vi.evaluation import vlembed
+    from vi.evaluation.stepdiff import predict as sp
+    from vi.evaluation.stepdiff import vlembed
     from vi.pipelines.common.frame_scorers import ClipScorer, resolve_scorer
 
     needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
@@ -145,8 +145,8 @@ def _vlembed(task, rows, gt, args, advance_clips):
 
 def _socratic(task, rows, gt, args, advance_clips):
     from vi.core.models.llm import load_chat_llm
-    from vi.evaluation import socratic
-    from vi.evaluation import stepdiff_predict as sp
+    from vi.evaluation.stepdiff import socratic
+    from vi.evaluation.stepdiff import predict as sp
 
     needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
     if args["descriptions"]:
@@ -161,14 +161,14 @@ def _socratic(task, rows, gt, args, advance_clips):
 
 
 def _stepdiff(task, rows, gt, args, advance_clips):
-    from vi.evaluation import stepdiff_model_predict
+    from vi.evaluation.stepdiff import model_predict as stepdiff_model_predict
 
     return stepdiff_model_predict.build(task, rows, gt, args)
 
 
 def _describe_here(task, rows, gt, args, needed, advance_clips) -> dict[str, str]:
-    from vi.evaluation import socratic
-    from vi.evaluation import stepdiff_predict as sp
+    from vi.evaluation.stepdiff import socratic
+    from vi.evaluation.stepdiff import predict as sp
     from vi.pipelines.stepdiff import describe as ds
 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and llama.cpp share the cores (vi describe)
@@ -250,7 +250,7 @@ def predict_command(
 
 def _predict(args: dict) -> None:
     from vi.core.seeding import seed_everything
-    from vi.evaluation import stepdiff_predict as sp
+    from vi.evaluation.stepdiff import predict as sp
 
     task, method = args["task"].value, args["method"]
     _check_options(args)

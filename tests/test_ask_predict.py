@@ -25,8 +25,8 @@ from test_predict import MCQ as BASELINE_MCQ
 from vi.core.devices import resolve_placement
 from vi.core.features import FeatureStore, FeatureWriter
 from vi.core.seeding import record_seed
-from vi.evaluation import stepdiff_model_predict as smp
-from vi.evaluation.stepdiff_predict import annotation_style
+from vi.evaluation.stepdiff import model_predict as smp
+from vi.evaluation.stepdiff.predict import annotation_style
 from vi.pipelines.stepdiff import ask
 from vi.pipelines.stepdiff.train import latest_checkpoint
 from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder, resolve_video_encoder

@@ -366,7 +366,7 @@ def test_the_default_model_writes_well_formed_kept_qa_of_every_type():
 
 
 def test_the_quality_report_counts_well_formed_kept_and_agreement():
-    from vi.evaluation.pair_qa_quality import summarise
+    from vi.evaluation.stepdiff.pair_qa_quality import summarise
 
     results = [
         {"model": "m", "pair": "a", "type": 2, "seconds": 2.0, "expected": None,
@@ -385,7 +385,7 @@ def test_the_quality_report_counts_well_formed_kept_and_agreement():
 
 
 def test_the_quality_report_judges_saved_replies_like_the_stage():
-    from vi.evaluation.pair_qa_quality import judge
+    from vi.evaluation.stepdiff.pair_qa_quality import judge
 
     replies = {1: "Q: Which video uses a food processor?\nA: Video 2 does.", 2: GOOD_REPLIES[2], 3: "NO"}
     results = [{"model": "m", "pair": "onion", "type": t, "reply": r, "finish": "stop"} for t, r in replies.items()]

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from conftest import jsonl, run_vi
 from test_frame_scorers import make_tiny_clip
-from vi.evaluation import socratic
-from vi.evaluation import stepdiff_predict as sp
-from vi.evaluation.stepdiff_metrics import BenchmarkFileError
+from vi.evaluation.stepdiff import socratic
+from vi.evaluation.stepdiff import predict as sp
+from vi.evaluation.stepdiff.metrics import BenchmarkFileError
 
 SMOL = "smollm2-135m"
 # Two videos of two solid-colour halves (3 s each): a clip's frames are all one colour, so any

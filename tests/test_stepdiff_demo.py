@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO, jsonl
 from rich.console import Console
-from vi.evaluation import samples, stepdiff_sample_bench
-from vi.evaluation import stepdiff_predict as sp
+from vi.evaluation import samples
+from vi.evaluation.stepdiff import sample_benchmark as stepdiff_sample_bench
+from vi.evaluation.stepdiff import predict as sp
 from vi.evaluation.show_pairs import show
 from vi.pipelines.stepdiff.pair_qa import DROP_REASONS
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import jsonl, run_vi, shared
 from scipy.stats import kendalltau
-from vi.evaluation import mcq_negatives as negatives
-from vi.evaluation import stepdiff_metrics as metrics
-from vi.evaluation.stepdiff_metrics import BenchmarkFileError, evaluate_files, parse_clip_id
+from vi.evaluation.stepdiff import mcq_negatives as negatives
+from vi.evaluation.stepdiff import metrics
+from vi.evaluation.stepdiff.metrics import BenchmarkFileError, evaluate_files, parse_clip_id
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

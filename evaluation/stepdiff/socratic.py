@@ -21,8 +21,8 @@ from pathlib import Path
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatLLM, answer_probability, complete_reply, continuation_log_probs
 from vi.core.progress import log
-from vi.evaluation import stepdiff_predict as sp
-from vi.evaluation.stepdiff_metrics import BenchmarkFileError, read_jsonl
+from vi.evaluation.stepdiff import predict as sp
+from vi.evaluation.stepdiff.metrics import BenchmarkFileError, read_jsonl
 
 NOT_AVAILABLE = "(no description available)"
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from vi.evaluation import stepdiff_predict as sp
-from vi.evaluation.socratic import lower_first
+from vi.evaluation.stepdiff import predict as sp
+from vi.evaluation.stepdiff.socratic import lower_first
 
 YES, NO = "YES", "NO"
 

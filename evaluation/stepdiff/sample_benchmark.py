@@ -8,7 +8,7 @@ scripts in `samples`): fruit_salad is the reference, fruit_salad_peeler the cand
 Fourteen rows are a check that the whole path works and that the numbers are not those of chance
 on a case this plain; it is no measure of a method.
 
-    python -m vi.evaluation.stepdiff_sample_bench OUT/sample OUTDIR   # OUTDIR/diff{cap,mcq,rank}.jsonl
+    python -m vi.evaluation.stepdiff.sample_benchmark OUT/sample OUTDIR   # OUTDIR/diff{cap,mcq,rank}.jsonl
 """
 
 from __future__ import annotations
@@ -75,5 +75,5 @@ def main(sample_dir: Path, out_dir: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m vi.evaluation.stepdiff_sample_bench SAMPLE_DIR OUT_DIR")
+        raise SystemExit("usage: python -m vi.evaluation.stepdiff.sample_benchmark SAMPLE_DIR OUT_DIR")
     main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from vi.core import media
 from vi.core.errors import RecordError
-from vi.evaluation.stepdiff_metrics import (
+from vi.evaluation.stepdiff.metrics import (
     BenchmarkFileError,
     check_diffcap_row,
     check_diffmcq_row,

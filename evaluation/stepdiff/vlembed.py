@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 from vi.core import media
-from vi.evaluation.mcq_negatives import read_clip_features, unit
-from vi.evaluation.stepdiff_predict import ClipVideo
+from vi.evaluation.stepdiff.mcq_negatives import read_clip_features, unit
+from vi.evaluation.stepdiff.predict import ClipVideo
 from vi.pipelines.stepdiff.describe import sample_times
 from vi.pipelines.common.frame_scorers import ClipScorer
 

@@ -1,6 +1,6 @@
 """What `vi pair-qa` gets from each embedded LLM, on hand-written pairs of clip descriptions.
 
-    python -m vi.evaluation.pair_qa_quality [--models smollm2-135m,qwen2.5-coder-1.5b]
+    python -m vi.evaluation.stepdiff.pair_qa_quality [--models smollm2-135m,qwen2.5-coder-1.5b]
         [--types 1,2,3] [--threads N] [--show] [--json FILE] [--replies FILE]
 
 Each pair below describes two clips of one keystep the way `vi describe` would (three that

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from vi.core.seeding import record_rng
-from vi.evaluation.stepdiff_metrics import BenchmarkFileError, check_diffcap_row, check_rows, read_jsonl
+from vi.evaluation.stepdiff.metrics import BenchmarkFileError, check_diffcap_row, check_rows, read_jsonl
 
 VARIANTS = ("v1", "v2", "v3")
 SIMILAR_CAPTION = 0.8
