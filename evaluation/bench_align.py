@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vi.core import media
-from vi.evaluation.align_quality import truth_records
+from vi.evaluation.showhowto.align_quality import truth_records
 from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample, time_spent_in
 from vi.pipelines.common import frame_scorers
 from vi.pipelines.showhowto.align_frames import AlignConfig, align_record, candidate_windows, scorer_for, video_geometry

@@ -1,6 +1,6 @@
 """The ShowHowTo pipeline end to end on narrated clips whose steps are known.
 
-    python -m vi.evaluation.showhowto_quality SAMPLE_DIR [--llm qwen2.5-coder-1.5b] [--seeds 20]
+    python -m vi.evaluation.showhowto.quality SAMPLE_DIR [--llm qwen2.5-coder-1.5b] [--seeds 20]
 
 On each how-to sample (`vi.evaluation.samples.HOWTO_SAMPLES`, made in SAMPLE_DIR if
 missing) it runs probe, transcribe (whisper-tiny.en), filter-instructional and
@@ -112,7 +112,7 @@ def total(rows: list[dict]) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto_quality",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.quality",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("sample_dir", type=Path, nargs="?", default=Path("out/sample"))
     parser.add_argument("--llm", default="qwen2.5-coder-1.5b")

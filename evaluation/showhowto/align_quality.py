@@ -1,6 +1,6 @@
 """How often `vi align-frames` picks a frame that shows its step, on the bundled how-to samples.
 
-    python -m vi.evaluation.align_quality SAMPLE_DIR [--model imagenet-labels] [--seeds 20]
+    python -m vi.evaluation.showhowto.align_quality SAMPLE_DIR [--model imagenet-labels] [--seeds 20]
 
 Each sample (`vi.evaluation.samples.HOWTO_SAMPLES`: fruit_salad, garden_wildlife, ball_games;
 made in SAMPLE_DIR if missing) shows one picture per step, a real photo for most of them,
@@ -99,7 +99,7 @@ def table(results: list[Quality]):
 def main(argv: Sequence[str] | None = None) -> None:
     from rich.console import Console
 
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.align_quality",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.align_quality",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("sample_dir", type=Path, help="folder of the how-to samples (made there if missing)")
     parser.add_argument("--model", action="append", dest="models",
