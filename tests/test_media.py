@@ -5,7 +5,7 @@ import pytest
 
 from vi.core import media
 from vi.core.errors import RecordError
-from vi.evaluation.samples import COLOURS
+from vi.evaluation.demo.samples import COLOURS
 
 
 def centre_colour(frame: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ def make_dataset(videos, out, shards: int) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_dataset_target_runs_sharded_then_resumes_without_redoing_anything(tmp_path):
-    from vi.evaluation.samples import make_howto_sample
+    from vi.evaluation.demo.samples import make_howto_sample
 
     videos = tmp_path / "videos.txt"
     made = [make_howto_sample(tmp_path / "sample", name) for name in ("fruit_salad", "ball_games")]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO, jsonl
 from rich.console import Console
-from vi.evaluation import samples
+from vi.evaluation.demo import samples
 from vi.evaluation.stepdiff import sample_benchmark as stepdiff_sample_bench
 from vi.evaluation.stepdiff import predict as sp
-from vi.evaluation.show_pairs import show
+from vi.evaluation.demo.show_pairs import show
 from vi.pipelines.stepdiff.pair_qa import DROP_REASONS
 
 SMOL = "smollm2-135m"

@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.showhowto.align_quality SAMPLE_DIR [--model imagenet-labels] [--seeds 20]
 
-Each sample (`vi.evaluation.samples.HOWTO_SAMPLES`: fruit_salad, garden_wildlife, ball_games;
+Each sample (`vi.evaluation.demo.samples.HOWTO_SAMPLES`: fruit_salad, garden_wildlife, ball_games;
 made in SAMPLE_DIR if missing) shows one picture per step, a real photo for most of them,
 over a known interval (`shown` in NAME.json). The aligner gets the true steps (text, start,
 end) with ShowHowTo's settings (1 fps, eps 15 s: on these 25 s videos every step may pick
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.evaluation.samples import HOWTO_SAMPLES, make_howto_sample
+from vi.evaluation.demo.samples import HOWTO_SAMPLES, make_howto_sample
 from vi.pipelines.showhowto.align_frames import AlignConfig, align_record
 
 FPS, EPS = 1.0, 15.0  # ShowHowTo's window

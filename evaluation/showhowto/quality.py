@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.showhowto.quality SAMPLE_DIR [--llm qwen2.5-coder-1.5b] [--seeds 20]
 
-On each how-to sample (`vi.evaluation.samples.HOWTO_SAMPLES`, made in SAMPLE_DIR if
+On each how-to sample (`vi.evaluation.demo.samples.HOWTO_SAMPLES`, made in SAMPLE_DIR if
 missing) it runs probe, transcribe (whisper-tiny.en), filter-instructional and
 extract-steps with the embedded models, then align-frames with the offline scorer and with
 random scores, and reports:
@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from vi.evaluation.samples import HOWTO_SAMPLES, make_howto_sample
+from vi.evaluation.demo.samples import HOWTO_SAMPLES, make_howto_sample
 
 IOU_MATCH = 0.5
 

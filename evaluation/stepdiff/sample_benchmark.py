@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from vi.evaluation.samples import STEPDIFF_ANNOTATION
+from vi.evaluation.demo.samples import STEPDIFF_ANNOTATION
 from vi.pipelines.stepdiff.clips import clip_id
 
 REFERENCE, CANDIDATE = "fruit_salad", "fruit_salad_peeler"

@@ -1,6 +1,6 @@
 """Measuring tools for `make bench`: timing, alternation, peak memory, and the ratio table.
 
-Nothing here knows about a vi stage; `vi.evaluation.bench` uses these to compare each stage
+Nothing here knows about a vi stage; `vi.evaluation.bench.run` uses these to compare each stage
 with the raw library doing the same work.
 """
 

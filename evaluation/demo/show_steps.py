@@ -1,6 +1,6 @@
 """Print the steps and chosen frames of a `vi align-frames` output file (`make demo`).
 
-    python -m vi.evaluation.show_steps STEPS.jsonl [EXPORT_DIR]
+    python -m vi.evaluation.demo.show_steps STEPS.jsonl [EXPORT_DIR]
 
 For each record: its id and whether the filter kept it, then a table of its steps (time
 span, text, the chosen frame's time and score), or why there are none; with EXPORT_DIR
@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vi.core.records import Record, read_records
-from vi.evaluation.show_transcript import format_time
+from vi.evaluation.demo.show_transcript import format_time
 from vi.pipelines.showhowto.export import safe_key
 
 STAGE = "show-steps"
@@ -78,7 +78,7 @@ def show(path: Path, export_dir: Path | None, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.show_steps",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.demo.show_steps",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("file", type=Path, help="JSONL written by vi align-frames")
     parser.add_argument("export_dir", type=Path, nargs="?", help="folder of vi export showhowto")

@@ -1,6 +1,6 @@
 """Print the pairs and comparison QA of a `vi pair-qa` output file (`make stepdiff-demo`).
 
-    python -m vi.evaluation.show_pairs PAIR_QA.jsonl
+    python -m vi.evaluation.demo.show_pairs PAIR_QA.jsonl
 
 For each pair: its keystep, its two clips (Video 1 is the reference, Video 2 the candidate:
 the video, the time span, what is said and the description vi describe wrote), then the QA
@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from vi.core.records import Record, read_records
-from vi.evaluation.show_transcript import format_time
+from vi.evaluation.demo.show_transcript import format_time
 
 STAGE = "show-pairs"
 QA_TYPE_NAMES = {1: "difference", 2: "which video", 3: "same action"}
@@ -97,7 +97,7 @@ def show(path: Path, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.show_pairs",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.demo.show_pairs",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("file", type=Path, help="JSONL written by vi pair-qa")
     args = parser.parse_args(argv)

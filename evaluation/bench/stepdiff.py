@@ -1,4 +1,4 @@
-"""StepDiff's model in `make bench` (`vi.evaluation.bench`, section f), as ratios measured in one run:
+"""StepDiff's model in `make bench` (`vi.evaluation.bench.run`, section f), as ratios measured in one run:
 
 - training throughput (samples per second) when the encoder's tokens come from a feature store
   (`vi encode-videos` once, then `vi train stepdiff`) against decoding and encoding every clip
@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample
+from vi.evaluation.bench.tools import Row, alternate, median, progress, show_sample
 
 SAMPLES = ("fruit_salad", "fruit_salad_peeler", "garden_wildlife", "ball_games")
 QUESTION = "What does the person say in the second video?"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample, walls
+from vi.evaluation.bench.tools import Row, alternate, median, progress, show_sample, walls
 
 TARGET_RATIO = 1.10
 
@@ -57,7 +57,7 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
 
 
 def extract_steps_rows(result: dict) -> list[Row]:
-    from vi.evaluation.benchtools import Sample
+    from vi.evaluation.bench.tools import Sample
 
     vi_s = median(walls([Sample(**s) for s in result["vi"]]))
     raw_s = median(walls([Sample(**s) for s in result["raw"]]))

@@ -1,6 +1,6 @@
 """Print the transcripts of a `vi transcribe` output file as readable tables (`make demo`).
 
-    python -m vi.evaluation.show_transcript FILE.jsonl
+    python -m vi.evaluation.demo.show_transcript FILE.jsonl
 
 For each record: a heading (id and media path), then a table of its segments (start, end,
 text), or one line saying why there is none (the record's errors, or the transcript's note).
@@ -84,7 +84,7 @@ def show(path: Path, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.show_transcript",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.demo.show_transcript",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("file", type=Path, help="JSONL written by vi transcribe")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """`make bench`: each vi stage against the raw library doing the same work, as ratios.
 
-    python -m vi.evaluation.bench --sample out/sample --out out/bench
+    python -m vi.evaluation.bench.run --sample out/sample --out out/bench
 
 One run (about 8 minutes on 2 CPU cores) measures:
 - transcribe: vi in process, steady state (`transcribe_record` with the model loaded) and end
@@ -41,10 +41,10 @@ from typing import Any
 
 from rich.console import Console
 from vi.core.sink import claim_stdout
-from vi.evaluation.bench_align import bench_align_frames
-from vi.evaluation.bench_llm import bench_extract_steps, extract_steps_rows
-from vi.evaluation.bench_stepdiff import bench_stepdiff
-from vi.evaluation.benchtools import (
+from vi.evaluation.bench.align import bench_align_frames
+from vi.evaluation.bench.llm import bench_extract_steps, extract_steps_rows
+from vi.evaluation.bench.stepdiff import bench_stepdiff
+from vi.evaluation.bench.tools import (
     Row,
     Sample,
     alternate,
@@ -63,9 +63,9 @@ from vi.evaluation.benchtools import (
     walls,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TALK = REPO.parent / "shared" / "data" / "laion_talk" / "laion_talk.mp4"
-REPRODUCE = "make bench   (= python -m vi.evaluation.bench --sample out/sample --out out/bench)"
+REPRODUCE = "make bench   (= python -m vi.evaluation.bench.run --sample out/sample --out out/bench)"
 TARGET_RATIO = 1.10  # vi within 10% of the raw library; memory within 10% from 10 to 1,000
 PROBE_FILES = 200
 MEMORY_COUNTS = (10, 1_000)
@@ -323,7 +323,7 @@ def section(title: str, results: dict, key: str) -> Iterator[None]:
 
 
 def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_repeats: int) -> dict:
-    from vi.evaluation.samples import make_tea_sample
+    from vi.evaluation.demo.samples import make_tea_sample
 
     video = make_tea_sample(sample)  # reused when `make sample` already made it
     media = transcribe_input(sample)
@@ -390,7 +390,7 @@ def busy_note(start: dict, end: dict) -> str | None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.bench",
+    parser = argparse.ArgumentParser(prog="python -m vi.evaluation.bench.run",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=Path, default=Path("out/sample"),
                         help="folder of the narrated sample (made there if missing)")

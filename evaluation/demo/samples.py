@@ -12,7 +12,7 @@ real to find; a step without a photo shows a plain coloured card.
 The StepDiff samples (`STEPDIFF_SAMPLES`) do the keysteps of fruit_salad differently; with
 fruit_salad, their keysteps are annotated in OUTDIR/stepdiff_keysteps.jsonl (`make stepdiff-demo`).
 
-    python -m vi.evaluation.samples OUTDIR   # tea, fruit_salad, ...: OUTDIR/NAME.mp4 + NAME.json
+    python -m vi.evaluation.demo.samples OUTDIR   # tea, fruit_salad, ...: OUTDIR/NAME.mp4 + NAME.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""`vi align-frames` against the raw libraries, for `make bench` (`vi.evaluation.bench`).
+"""`vi align-frames` against the raw libraries, for `make bench` (`vi.evaluation.bench.run`).
 
-On the how-to samples (`vi.evaluation.samples.HOWTO_SAMPLES`, with their true steps), in one
+On the how-to samples (`vi.evaluation.demo.samples.HOWTO_SAMPLES`, with their true steps), in one
 run, alternating (A B C, C B A, ...):
 - decoding: the frames per second the stage's decoding delivers (only the candidate frames,
   each once, at the encoder's size) against decord decoding every frame of the same videos at
@@ -20,7 +20,7 @@ import numpy as np
 
 from vi.core import media
 from vi.evaluation.showhowto.align_quality import truth_records
-from vi.evaluation.benchtools import Row, alternate, median, progress, show_sample, time_spent_in
+from vi.evaluation.bench.tools import Row, alternate, median, progress, show_sample, time_spent_in
 from vi.pipelines.common import frame_scorers
 from vi.pipelines.showhowto.align_frames import AlignConfig, align_record, candidate_windows, scorer_for, video_geometry
 
