@@ -8,7 +8,7 @@ import types
 import pytest
 from rich.console import Console
 
-from vi.evaluation.bench.run import run as bench, tools as benchtools
+from vi.evaluation.bench import run as bench, tools as benchtools
 from vi.evaluation.demo import show_transcript
 from vi.evaluation.bench.tools import Row, Sample
 

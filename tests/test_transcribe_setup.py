@@ -121,7 +121,7 @@ def test_records_that_need_no_model_do_not_pay_for_torch(broken_media):
     import subprocess
     import sys
 
-    code = ("import sys; from vi.pipelines import transcribe as t; "
+    code = ("import sys; from vi.pipelines.common import transcribe as t; "
             "c = t.TranscribeConfig(); "
             f"t.transcribe_record({{'id': 'x', 'video': {str(broken_media['no_audio'])!r}}}, c); "
             "print('torch' in sys.modules)")
