@@ -1,4 +1,4 @@
-"""Model references: embedded aliases, weights joined from split packages, hub ids, load-once.
+"""Model weights joined from split packages (JoinedParts), and the real whisper-base join.
 
 The split-package tests build fake installed distributions (a `*.dist-info` folder with
 METADATA and RECORD beside the data files, as pip leaves them) holding a fake litgpt-style
@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import zipfile
 from importlib import metadata
@@ -24,13 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import jsonl, run_vi
 from vi.core.errors import ModelNotAvailable
-from vi.core.models import CATALOG, ModelSpec, load_once, resolve_model
-from vi.core.models import cache as model_cache
-from vi.core.models.sources import HubRepo, JoinedParts
+from vi.core.models import CATALOG, ModelSpec, resolve_model
+from vi.core.models.sources import JoinedParts
 
 DEFAULT_ALIASES = ("whisper-tiny.en", "smollm2-135m", "minilm-l6", "efficientnet-lite0")
+
 
 
 def sha256(data: bytes) -> str:
@@ -51,57 +49,6 @@ def files_under(root: Path) -> list[Path]:
         return []
     return [p for p in root.rglob("*") if p.is_file() and p.name != ".lock"]
 
-
-# --- the embedded default models -------------------------------------------------------------
-
-def _is_ctranslate2_folder(path: Path) -> bool:
-    return path.is_dir() and (path / "model.bin").is_file() and (path / "config.json").is_file()
-
-
-def _is_gguf(path: Path) -> bool:
-    if not path.is_file():
-        return False
-    with open(path, "rb") as handle:
-        return handle.read(4) == b"GGUF"
-
-
-def _is_sentence_transformers_folder(path: Path) -> bool:
-    return path.is_dir() and (path / "model.safetensors").is_file()
-
-
-def _is_torch_state_dict(path: Path) -> bool:
-    return path.is_file() and path.suffix == ".pth" and path.stat().st_size > 1_000_000
-
-
-@pytest.mark.parametrize("alias, role, is_right_kind", [
-    ("whisper-tiny.en", "asr", _is_ctranslate2_folder),
-    ("smollm2-135m", "llm", _is_gguf),
-    ("minilm-l6", "text-embedding", _is_sentence_transformers_folder),
-    ("efficientnet-lite0", "image-classifier", _is_torch_state_dict),
-])
-def test_default_embedded_alias_resolves_to_local_weights_of_its_format(alias, role, is_right_kind):
-    path = resolve_model(alias, role=role)
-    assert path.is_absolute() and path.exists(), path
-    assert is_right_kind(path), f"{alias} resolved to {path}, which is not a {CATALOG[alias].format} model"
-    assert resolve_model(alias) == path  # the role is a check, not part of the lookup
-
-
-def test_vi_models_json_reports_embedded_defaults_available_and_hub_only_ones_not(tmp_path):
-    empty_hub = tmp_path / "hub"
-    empty_hub.mkdir()
-    done = run_vi("models", "--json", env={"HF_HUB_CACHE": str(empty_hub)}, check=True)
-    rows = {row["alias"]: row for row in jsonl(done.stdout)}
-    assert set(rows) == set(CATALOG)
-    for alias in DEFAULT_ALIASES:
-        assert rows[alias]["available"] is True and rows[alias]["embedded"] is True, rows[alias]
-    hub_only = [alias for alias, spec in CATALOG.items() if isinstance(spec.source, HubRepo)]
-    assert hub_only, "the catalogue lists no hub-only model"
-    for alias in hub_only:
-        assert rows[alias]["available"] is False and rows[alias]["embedded"] is False, rows[alias]
-        assert "hf download" in rows[alias]["install"]
-    for alias, spec in CATALOG.items():  # the extras: available exactly when their packages are
-        if isinstance(spec.source, JoinedParts):
-            assert rows[alias]["available"] is (not spec.source.missing()), rows[alias]
 
 
 # --- JoinedParts on fake split packages --------------------------------------------------------
@@ -389,148 +336,6 @@ def test_two_processes_unzipping_at_once_both_get_the_complete_folder(tmp_path, 
         assert result["files"] == archive_members
 
 
-# --- resolve_model -----------------------------------------------------------------------------
-
-def test_unknown_alias_is_refused_pointing_to_vi_models():
-    with pytest.raises(ModelNotAvailable, match=r"unknown model 'no-such-model'.*`vi models`"):
-        resolve_model("no-such-model")
-
-
-def test_role_mismatch_is_refused():
-    with pytest.raises(ModelNotAvailable) as caught:
-        resolve_model("minilm-l6", role="asr")
-    message = str(caught.value)
-    assert "minilm-l6" in message and "text-embedding" in message and "asr" in message
-    assert resolve_model("whisper-tiny.en", role="asr").is_dir()
-
-
-def test_existing_local_path_is_returned_as_is(tmp_path):
-    folder = tmp_path / "my-ct2-model"
-    folder.mkdir()
-    weights = tmp_path / "weights.gguf"
-    weights.write_bytes(b"GGUF")
-    assert resolve_model(folder) == folder
-    assert resolve_model(str(weights)) == weights
-    assert resolve_model(str(folder), role="asr") == folder  # a path has no role to check
-
-
-RESOLVE_SCRIPT = textwrap.dedent("""
-    import json, sys, time
-    from vi.core.errors import ModelNotAvailable
-    from vi.core.models import resolve_model
-
-    start = time.perf_counter()
-    try:
-        out = {"path": str(resolve_model(sys.argv[1]))}
-    except ModelNotAvailable as exc:
-        out = {"error": str(exc)}
-    out["seconds"] = time.perf_counter() - start
-    print(json.dumps(out))
-""")
-
-
-def resolve_in_subprocess(ref: str, hub_cache: Path, offline: bool) -> dict:
-    """resolve_model in a fresh interpreter: huggingface_hub reads its env at import."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("HF_HUB_OFFLINE", "HF_HOME", "VI_ALLOW_DOWNLOAD", "HF_HUB_CACHE")}
-    env["HF_HUB_CACHE"] = str(hub_cache)
-    if offline:
-        env["HF_HUB_OFFLINE"] = "1"
-    done = subprocess.run([sys.executable, "-c", RESOLVE_SCRIPT, ref], capture_output=True,
-                          text=True, env=env, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-@pytest.mark.parametrize("offline", [True, False], ids=["HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE-unset"])
-def test_hub_id_not_in_the_cache_fails_at_once_saying_how_to_get_it(tmp_path, offline):
-    empty = tmp_path / "hub"
-    empty.mkdir()
-    result = resolve_in_subprocess("someorg/not-a-model", empty, offline)
-    assert "error" in result, f"resolved to {result.get('path')}"
-    assert result["seconds"] < 5, f"took {result['seconds']:.1f}s: something waited on a network"
-    message = result["error"]
-    assert "someorg/not-a-model" in message and "hf download someorg/not-a-model" in message
-    assert str(empty) in message  # says which cache it looked in
-
-
-def test_hub_id_in_the_local_cache_resolves_to_its_snapshot(tmp_path):
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--fakeorg--fake-model"
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text('{"model_type": "fake"}\n')
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    for offline in (True, False):
-        result = resolve_in_subprocess("fakeorg/fake-model", tmp_path / "hub", offline)
-        assert result.get("path") == str(snapshot), result
-        assert result["seconds"] < 5
-
-
-# --- load once -------------------------------------------------------------------------------
-
-def test_load_once_builds_once_however_often_asked():
-    key = ("test-counting-factory", id(object()))
-    built = []
-
-    def build():
-        built.append(1)
-        return object()
-
-    first = load_once(key, build)
-    assert all(load_once(key, build) is first for _ in range(10))
-    assert len(built) == 1 and model_cache.load_counts[key] == 1
-
-
-def test_load_once_builds_once_when_threads_ask_together():
-    key = ("test-threads", id(object()))
-    built = []
-
-    def slow_build():
-        built.append(1)
-        time.sleep(0.05)
-        return object()
-
-    barrier = threading.Barrier(8)
-    got = []
-
-    def ask():
-        barrier.wait()
-        got.append(load_once(key, slow_build))
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(built) == 1 and model_cache.load_counts[key] == 1
-    assert len(got) == 8 and all(m is got[0] for m in got)
-
-
-@pytest.mark.slow
-def test_transcribe_three_records_loads_the_asr_model_once(tea, tmp_path):
-    from vi.core.stream import Stage, StreamOptions, run_stage
-    from vi.pipelines.common import transcribe
-
-    config = transcribe.TranscribeConfig()
-    model_cache.clear()
-    model_cache.load_counts.clear()
-    stage = Stage(transcribe.STAGE, writes=("transcript",),
-                  process=lambda record: transcribe.transcribe_record(record, config))
-    records = [{"id": f"tea-{i}", "video": str(tea)} for i in range(3)]
-    out = tmp_path / "out.jsonl"
-    report = run_stage(stage, records, StreamOptions(output=out, quiet=True, overwrite=True))
-    transcribers = {k: n for k, n in model_cache.load_counts.items() if k[0] == "transcriber"}
-    assert list(transcribers.values()) == [1]  # one build, under one key, for three records
-    assert (report.ok, report.failed) == (3, 0)
-    results = jsonl(out.read_text())
-    assert [r["id"] for r in results] == ["tea-0", "tea-1", "tea-2"]
-    for record in results:
-        text = " ".join(s["text"] for s in record["transcript"]["segments"]).lower()
-        assert all(w in text for w in ("cup of tea", "fresh water", "milk")), text
-        assert record["transcript"]["model"] == "whisper-tiny.en"
-
 
 # --- the whisper-base join (models-extra) ------------------------------------------------------
 
@@ -569,29 +374,3 @@ def test_whisper_base_is_joined_from_its_two_packages_and_transcribes(tea, tmp_p
         "transcript"]["language"] == "de"
 
 
-def test_a_failed_build_is_not_retried_for_every_record():
-    from vi.core.models import cache
-
-    calls = []
-
-    def broken():
-        calls.append(1)
-        raise RuntimeError("weights are corrupt")
-
-    for _ in range(3):
-        with pytest.raises(RuntimeError, match="corrupt"):
-            cache.load_once(("test-broken", id(calls)), broken)
-    assert len(calls) == 1
-
-
-def test_the_run_seed_reaches_torch_before_a_model_is_built():
-    import torch
-
-    from vi.core import seeding
-    from vi.core.models import cache
-
-    seeding.seed_everything(1234)
-    first = cache.load_once(("test-seed", 1), lambda: torch.rand(3))
-    seeding.seed_everything(1234)
-    again = cache.load_once(("test-seed", 2), lambda: torch.rand(3))
-    assert torch.equal(first, again)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IN_WHEEL = ("vi/__init__.py", "vi/__main__.py", "vi/cli/app.py", "vi/core/stream.py",
             "vi/core/models/sources.py", "vi/pipelines/transcribe.py")
 
