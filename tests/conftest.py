@@ -18,10 +18,10 @@ VI = str(BIN / "vi")
 
 
 def run_vi(*args: str, stdin: str | None = None, env: dict | None = None, check: bool = False,
-           timeout: int = 600) -> subprocess.CompletedProcess:
+           timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     done = subprocess.run([VI, *args], input=stdin, capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+                          env=full_env, timeout=timeout, cwd=cwd)
     if check and done.returncode != 0:
         raise AssertionError(f"vi {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
     return done

@@ -14,6 +14,10 @@ Error records and records without the fields a kind needs are skipped and counte
 The mixture samples datasets round-robin (the paper's choice) or by weights, and each dataset
 without replacement in a fresh seeded order every epoch. Its whole state is a few counters, so
 a checkpoint can hold the exact data position and a resumed run sees the same samples.
+
+Every random choice depends on the seed, a dataset's place on the command line and kind, and the
+samples' own ids, never on a path: the same data copied elsewhere, or spelt `./qa.jsonl` instead
+of `/abs/qa.jsonl`, trains the same model.
 """
 
 from __future__ import annotations
@@ -163,7 +167,8 @@ class Mixture:
     def _order(self, index: int, epoch: int) -> list[int]:
         if (index, epoch) not in self._orders:
             order = list(range(len(self.datasets[index].samples)))
-            random.Random(f"{self.seed}:{self.datasets[index].name}:{epoch}").shuffle(order)
+            # the dataset's place and kind, not its name: KIND:PATH changes with where the data sits
+            random.Random(f"{self.seed}:{index}:{self.datasets[index].kind}:{epoch}").shuffle(order)
             self._orders = {k: v for k, v in self._orders.items() if k[0] != index}  # one epoch kept each
             self._orders[(index, epoch)] = order
         return self._orders[(index, epoch)]
@@ -186,14 +191,19 @@ class Mixture:
 
     def state(self) -> dict:
         return {"position": self.position, "drawn": list(self.drawn), "datasets": [d.name for d in self.datasets],
-                "fingerprints": self.fingerprints(), "weights": self.weights}
+                "kinds": [d.kind for d in self.datasets], "fingerprints": self.fingerprints(), "weights": self.weights}
 
     def load_state(self, state: dict) -> None:
-        if state.get("datasets") != [d.name for d in self.datasets]:
+        # Kinds and contents must match, not paths: a requeued job may see its data under another scratch path.
+        kinds = state.get("kinds") or [str(name).partition(":")[0] for name in state.get("datasets", [])]
+        if kinds != [d.kind for d in self.datasets]:
             raise ValueError(f"--resume: the checkpoint was trained on {state.get('datasets')}, not on "
                              f"{[d.name for d in self.datasets]}; give the same --data in the same order")
-        changed = [d.name for d, old, new in zip(self.datasets, state.get("fingerprints", []), self.fingerprints())
-                   if old != new]
+        old_prints = state.get("fingerprints", [])
+        if old_prints != self.fingerprints() and sorted(old_prints) == sorted(self.fingerprints()):
+            raise ValueError(f"--resume: the checkpoint read its datasets in another order ({state.get('datasets')}); "
+                             "give the same --data in the same order")
+        changed = [d.name for d, old, new in zip(self.datasets, old_prints, self.fingerprints()) if old != new]
         if changed or state.get("weights") != self.weights:
             what = f"the samples of {', '.join(changed)} changed" if changed else "--weights changed"
             raise ValueError(f"--resume: {what} since the checkpoint (files rewritten, clips added to a store?), so "
