@@ -22,7 +22,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 IN_WHEEL = ("vi/__init__.py", "vi/__main__.py", "vi/cli/app.py", "vi/core/stream.py",
-            "vi/core/models/sources.py", "vi/pipelines/transcribe.py")
+            "vi/core/models/sources.py", "vi/pipelines/common/transcribe.py",
+            # one module of each system's folders, and a packaged prompt
+            "vi/pipelines/showhowto/extract_steps.py", "vi/pipelines/stepdiff/train.py",
+            "vi/pipelines/progresscaptioner/__init__.py", "vi/pipelines/common/prompt_templates/extract_steps.txt",
+            "vi/evaluation/stepdiff/metrics.py", "vi/evaluation/showhowto/quality.py",
+            "vi/evaluation/bench/run.py", "vi/evaluation/demo/samples.py")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
