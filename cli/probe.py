@@ -33,16 +33,16 @@ def probe_command(
     list_file: Annotated[Optional[Path], typer.Option(
         "--list", help="A text file of paths (or JSONL records), one per line.")] = None,
 ):
-    lines: list[str] = []
+    lines: list[str | bytes] = []  # decoded line by line: one bad byte costs one line
     if list_file is not None:
-        lines += list_file.read_text().splitlines()
+        lines += probe.read_lines(list_file)
     if opts.input is not None:
-        lines += opts.input.read_text().splitlines()
+        lines += probe.read_lines(opts.input)
     if not paths and list_file is None and opts.input is None:
         if sys.stdin.isatty():
             raise ValueError("no videos given: pass paths, a directory, --list FILE, "
                              "or pipe paths/records on stdin")
-        lines += sys.stdin.read().splitlines()
+        lines += probe.read_lines(None)
     records, collisions = probe.assign_ids(probe.gather(paths or [], lines))
     for stem, clashing in collisions.items():
         log.warning("id collision on %r: %d files, ids made unique with a path hash: %s",

@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
+from vi.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
 from vi.core.progress import setup_logging, stderr
 from vi.core.seeding import seed_everything
 from vi.core.sharding import Shard
@@ -66,6 +66,16 @@ _MODEL = [
 ]
 
 
+MAX_SEED = 2**32
+
+
+def os_message(exc: Exception) -> str:
+    """An error's message without Python's '[Errno N]' prefix; the file name stays."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)
+
+
 def _shard(text: str | None) -> Shard | None:
     return Shard.parse(text) if text else Shard.from_slurm()
 
@@ -102,6 +112,9 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
             claim_stdout()  # before any library can print: stdout is for records only
             setup_logging(common["verbose"])
             try:
+                if not 0 <= common["seed"] < MAX_SEED:
+                    raise ValueError(f"--seed {common['seed']} is out of range: give a whole number "
+                                     f"from 0 to {MAX_SEED - 1} (the engines' seeds are 32-bit)")
                 opts = StreamOptions(
                     input=common["input"], output=common["output"], resume=common["resume"],
                     overwrite=common["overwrite"], shard=_shard(common["shard"]),
@@ -112,9 +125,13 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
             except SetupError as exc:
                 stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None
-            except (ValueError, OSError) as exc:  # bad options, or -i/-o paths we cannot use
-                stderr.print(f"[red]vi {name}:[/red] {escape(str(exc))}", highlight=False)
+            except (ValueError, OSError) as exc:  # bad options, -i/-o paths we cannot use, a full disk
+                stderr.print(f"[red]vi {name}:[/red] {escape(os_message(exc))}", highlight=False)
                 raise typer.Exit(EXIT_USAGE) from None
+            except KeyboardInterrupt:  # Ctrl-C: what is in --output is whole lines, resumable
+                stderr.print(f"[red]vi {name}: interrupted[/red]; the records written so far are "
+                             "complete: rerun with --resume to finish", highlight=False)
+                raise typer.Exit(EXIT_INTERRUPTED) from None
             raise typer.Exit(report.exit_code if isinstance(report, Report) else int(report or 0))
 
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
@@ -143,7 +160,7 @@ def run_command(name: str, body: Callable[[], None]) -> None:
         stderr.print(f"[red]vi {name}:[/red] {escape(exc.message)}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
-        stderr.print(f"[red]vi {name}:[/red] {escape(str(exc))}", highlight=False)
+        stderr.print(f"[red]vi {name}:[/red] {escape(os_message(exc))}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     except DownstreamClosed:
         pass

@@ -9,6 +9,7 @@ EXIT_USAGE = 2
 EXIT_RECORDS_FAILED = 3
 EXIT_STRICT_STOP = 4
 EXIT_SETUP = 5
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it; SIGTERM's default death reads 143
 
 
 class RecordError(Exception):

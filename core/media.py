@@ -8,6 +8,7 @@ Every failure is a RecordError that names the file and what is wrong with it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -53,14 +54,57 @@ def _last_line(stderr: bytes, code: int) -> str:
     return lines[-1] if lines else f"exit code {code}"
 
 
+ISO_MEDIA_EXTENSIONS = (".mp4", ".m4v", ".m4a", ".mov", ".3gp")
+
+
+def truncated_at(path: Path) -> tuple[int, int] | None:
+    """(file size, size its boxes declare) when an MP4/MOV file ends inside a top-level box.
+
+    A download cut short after a front index (faststart: `moov` before `mdat`) still probes
+    as the full duration, and decoders stop quietly where the data ends. Walking the top-level
+    boxes reads 8-16 bytes per box and decodes nothing.
+    """
+    if path.suffix.lower() not in ISO_MEDIA_EXTENSIONS:
+        return None
+    size = path.stat().st_size
+    position = 0
+    with open(path, "rb") as handle:
+        while position + 8 <= size:
+            handle.seek(position)
+            header = handle.read(16)
+            box = int.from_bytes(header[:4], "big")
+            if position == 0 and header[4:8] not in (b"ftyp", b"moov", b"mdat", b"free", b"wide",
+                                                     b"skip", b"pnot"):
+                return None  # not an ISO media file after all: leave it to ffprobe
+            if box == 1 and len(header) >= 16:
+                box = int.from_bytes(header[8:16], "big")
+            elif box == 0:  # "extends to the end of the file"
+                return None
+            if box < 8:
+                return None
+            position += box
+    return (size, position) if position > size else None
+
+
 def check_readable(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise RecordError("missing_media", f"{p}: a symbolic link to {os.readlink(p)}, which "
+                              "does not exist; fix the link or the path in the record")
         raise RecordError("missing_media", f"{p}: no such file; check the path in the record")
     if p.is_dir():
         raise RecordError("unreadable_media", f"{p}: is a directory, not a media file")
+    if not os.access(p, os.R_OK):
+        raise RecordError("unreadable_media", f"{p}: permission denied; make it readable "
+                          f"(chmod a+r) or run as a user who may read it")
     if p.stat().st_size == 0:
         raise RecordError("unreadable_media", f"{p}: file is empty (0 bytes); re-download it")
+    cut = truncated_at(p)
+    if cut is not None:
+        raise RecordError("unreadable_media", f"{p}: truncated: the file has {cut[0]} bytes but its "
+                          f"MP4 boxes declare {cut[1]}, so its end is missing (an interrupted "
+                          "download or copy); re-download it")
     return p
 
 
@@ -81,9 +125,10 @@ def probe(path: str | Path) -> MediaInfo:
         raise RecordError("unreadable_media", f"{p}: ffprobe gave no answer in "
                           f"{PROBE_TIMEOUT_S}s; the file may be on a stalled mount") from None
     if done.returncode != 0:
-        raise RecordError("unreadable_media", f"{p}: not a readable media file "
-                          f"({_last_line(done.stderr, done.returncode)}); "
-                          "a truncated download is the usual cause")
+        reason = _last_line(done.stderr, done.returncode)
+        hint = ("check its permissions" if "Permission denied" in reason else
+                "it is not a media file, or its download was cut short: re-download it")
+        raise RecordError("unreadable_media", f"{p}: not a readable media file ({reason}); {hint}")
     meta = json.loads(done.stdout or b"{}")
     streams = meta.get("streams", [])
     video = next((s for s in streams if s.get("codec_type") == "video"
@@ -138,6 +183,25 @@ def video_span(path: str | Path) -> float:
     return len(reader) / fps if fps > 0 else 0.0
 
 
+def nearest_frames(starts: np.ndarray, times: list[float]) -> list[int]:
+    """For each time, the index of the frame whose own timestamp is nearest.
+
+    The frames' timestamps, not `time x average fps`: in a variable-frame-rate video (phone
+    footage, screen recordings) the two drift apart by seconds.
+    """
+    starts = np.asarray(starts, dtype=np.float64)
+    order = np.argsort(starts, kind="stable")  # presentation order
+    sorted_starts = starts[order]
+    out = []
+    for t in times:
+        right = int(np.searchsorted(sorted_starts, t))
+        left = max(0, right - 1)
+        right = min(right, len(sorted_starts) - 1)
+        best = right if abs(sorted_starts[right] - t) < abs(t - sorted_starts[left]) else left
+        out.append(int(order[best]))
+    return out
+
+
 def read_frames(path: str | Path, times: list[float], width: int = -1, height: int = -1
                 ) -> np.ndarray:
     """RGB frames (N, H, W, 3) uint8 nearest to each time in `times`, in the order asked.
@@ -152,10 +216,10 @@ def read_frames(path: str | Path, times: list[float], width: int = -1, height: i
     except (DECORDError, RuntimeError) as exc:
         raise RecordError("unreadable_media", f"{p}: decord cannot open it as video ({exc})"
                           ) from None
-    count, fps = len(reader), reader.get_avg_fps()
+    count = len(reader)
     if count == 0:
         raise RecordError("unreadable_media", f"{p}: has no video frames")
-    indices = [min(count - 1, max(0, round(t * fps))) for t in times]
+    indices = nearest_frames(reader.get_frame_timestamp(range(count))[:, 0], times)
     unique = sorted(set(indices))
     try:
         frames = reader.get_batch(unique).asnumpy()

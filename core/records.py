@@ -9,15 +9,15 @@ transient key that the driver strips (see `vi.core.stream`).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
-
-import jsonlines
 
 Record = dict[str, Any]
 
@@ -60,26 +60,62 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_refuse_constant)
 
 
-def invalid_line_record(stage: str, raw: str, lineno: int, reason: str) -> Record:
+def invalid_line_record(stage: str, raw: str, lineno: int, reason: str,
+                        kind: str = "invalid_json", raw_bytes: bytes | None = None) -> Record:
     # The id hashes the line number too: two identical bad lines stay two records.
-    record = {
-        "id": content_id("invalid-line", f"{lineno}:{raw}"),
-        "raw": raw,
-        ERRORS_FIELD: [make_error(stage, "invalid_json", f"input line {lineno}: {reason}")],
-    }
+    record = {"id": content_id("invalid-line", f"{lineno}:{raw}"), "raw": raw}
+    if raw_bytes is not None:  # `raw` cannot hold them exactly: base64 can
+        record["raw_base64"] = base64.b64encode(raw_bytes).decode("ascii")
+    record[ERRORS_FIELD] = [make_error(stage, kind, f"input line {lineno}: {reason}")]
     record[REJECTED] = True
     return record
 
 
+def undecodable_line_record(stage: str, line: bytes, lineno: int, exc: UnicodeDecodeError) -> Record:
+    """A line that is not UTF-8: `raw` shows it with \\xNN escapes, `raw_base64` keeps its bytes."""
+    return invalid_line_record(
+        stage, line.decode("utf-8", "backslashreplace"), lineno,
+        f"not UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line); its bytes "
+        "are kept, base64-encoded, in 'raw_base64'. Convert the file to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 FILE)", kind="invalid_utf8", raw_bytes=line)
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "true/false", type(None): "null"}
+
+
 def parse_json_line(text: str, stage: str, lineno: int) -> Record:
-    """One JSON object, or an invalid-line error record (ids are not checked here)."""
+    """One JSON object, or an invalid-line error record (ids are not checked here).
+
+    strict=False lets a raw control character (a CR, a tab) inside a string through: the
+    record is still unambiguous, and `dumps` writes it back escaped.
+    """
     try:
-        value = loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant, strict=False)
     except ValueError as exc:
-        return invalid_line_record(stage, text, lineno, str(exc))
+        return invalid_line_record(stage, text, lineno, f"not JSON ({exc})")
     if not isinstance(value, dict):
-        return invalid_line_record(stage, text, lineno, "not a JSON object")
+        return invalid_line_record(
+            stage, text, lineno, f"{_JSON_TYPES.get(type(value), 'a JSON value')}, not a JSON "
+            'object; every line must be one object such as {"id": "v1", "video": "v1.mp4"}')
     return value
+
+
+def decode_lines(source: IO[bytes]) -> Iterator[tuple[int, str | UnicodeDecodeError, bytes]]:
+    """(line number, its text or why it is not UTF-8, its bytes without the line end) per line.
+
+    Lines end at b"\\n" only: U+2028, U+0085 or a lone CR inside a JSON string are text, not
+    line ends (str.splitlines would cut a record there). Each line is decoded on its own, so
+    one bad byte costs one line. A UTF-8 byte-order mark on line 1 is dropped.
+    """
+    for lineno, line in enumerate(source, start=1):  # binary streams split on b"\\n" only
+        if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]
+        line = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
+        try:
+            yield lineno, line.decode("utf-8"), line
+        except UnicodeDecodeError as exc:
+            yield lineno, exc, line
 
 
 def ensure_id(record: Record, stage: str, lineno: int) -> Record:
@@ -107,23 +143,14 @@ def open_input(path: Path | None) -> IO[bytes]:
 
 def iter_records(source: IO[bytes], stage: str) -> Iterator[Record]:
     """Parse JSONL from a binary stream; blank lines are skipped, bad lines become error records."""
-    position = [0]  # the line the reader last pulled, for messages about good lines too
-
-    def numbered():
-        for position[0], line in enumerate(source, start=1):
-            yield line
-
-    reader = jsonlines.Reader(numbered(), loads=loads)
-    while True:
-        try:
-            record = reader.read(type=dict, skip_empty=True)
-        except EOFError:
-            return
-        except jsonlines.InvalidLineError as exc:
-            raw = exc.line if isinstance(exc.line, str) else exc.line.decode("utf-8", "backslashreplace")
-            yield invalid_line_record(stage, raw.rstrip("\r\n"), exc.lineno, str(exc).split(" (line")[0])
+    for lineno, text, line in decode_lines(source):
+        if isinstance(text, UnicodeDecodeError):
+            yield undecodable_line_record(stage, line, lineno, text)
             continue
-        yield ensure_id(record, stage, position[0])
+        if not text.strip():
+            continue
+        record = parse_json_line(text, stage, lineno)
+        yield record if REJECTED in record else ensure_id(record, stage, lineno)
 
 
 def read_records(path: Path | None, stage: str) -> Iterator[Record]:
@@ -150,13 +177,21 @@ def count_file(path: Path | None, shard) -> int | None:
     return count_in_shard(read_records(path, "count"), shard)
 
 
+# Line separators that JSON allows raw inside a string but that many line readers (Python's
+# str.splitlines, JavaScript) treat as line ends: written escaped, so a record is one line to all.
+_LINE_BREAKERS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+_BREAKER_RE = re.compile("[\u2028\u2029\x85]")
+
+
 def dumps(record: Record) -> bytes:
     """One JSONL line as UTF-8. NaN/inf are refused (ValueError): they are not JSON.
 
     A string that cannot be encoded as UTF-8 (a lone surrogate from a `\\ud800` escape in the
-    input) is written escaped instead, which is still valid JSON for the same value.
+    input, or a file name that is not UTF-8) is written escaped instead, which is still valid
+    JSON for the same value. U+2028, U+2029 and U+0085 are always escaped (see above).
     """
     text = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+    text = _BREAKER_RE.sub(lambda m: _LINE_BREAKERS[m.group()], text)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ Fields = dict[str, Any]
 MAX_SHOWN_FAILURES = 10  # on stderr; every failure is in the output records
 ProcessOne = Callable[[Record], Fields]
 ProcessBatch = Callable[[list[Record]], list["Fields | RecordError"]]
+IN_FLIGHT_BATCHES = 4  # a Stage with concurrency N is handed batches of 4N records
 
 
 @dataclass
@@ -65,6 +67,17 @@ class Stage:
     process_batch: ProcessBatch | None = None
     batch_size: int = 1
     reject: Callable[[Record], bool] | None = None
+    # Records `process` works on at once, in threads (an LLM server with many requests in
+    # flight); results still come out in input order. The driver hands it batches of
+    # IN_FLIGHT_BATCHES * concurrency records, so a slow record stalls the pool only at a
+    # batch's end.
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"--concurrency must be at least 1, got {self.concurrency}")
+        if self.concurrency > 1 and self.process_batch is None:
+            self.batch_size = max(self.batch_size, IN_FLIGHT_BATCHES * self.concurrency)
 
 
 @dataclass
@@ -110,12 +123,24 @@ def merge(record: Record, added: Fields) -> Record:
     return out
 
 
-def _in_scope(records: Iterable[Record], opts: StreamOptions, done: set[str], report: Report,
+def _in_scope(records: Iterable[Record], opts: StreamOptions, done: Counter[str], report: Report,
               on_resumed: Callable[[], None]) -> Iterator[Record]:
+    """The records of this shard not already in --output. An id the input repeats is done as
+    many times as the output holds it: resume skips that many of its occurrences, in order."""
+    seen: dict[str, int] = {}
     for record in records:
         if opts.shard is not None and not opts.shard.contains(record["id"]):
             continue
-        if str(record["id"]) in done:
+        key = str(record["id"])
+        if key in seen and not record.get(REJECTED):
+            seen[key] += 1
+            if seen[key] == 2:
+                log.warning("id %r occurs more than once in the input: each occurrence is processed "
+                            "and written (give every record its own id; vi probe does)", key[:200])
+        else:
+            seen[key] = 1
+        if done[key] > 0:
+            done[key] -= 1
             report.resumed += 1
             on_resumed()
             continue
@@ -146,16 +171,29 @@ def _results(stage: Stage, batch: list[Record]) -> list[Fields | Exception]:
             raise
         except Exception as exc:  # a failure of the whole batch fails each of its records
             results = [exc] * len(todo)
+    elif stage.process is not None and stage.concurrency > 1 and len(todo) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(stage.concurrency, len(todo)), thread_name_prefix=stage.name) as pool:
+            results = list(pool.map(lambda record: _one(stage.process, record), todo))  # input order
+        for result in results:
+            if isinstance(result, SetupError):
+                raise result
     elif stage.process is not None:
         for record in todo:
-            try:
-                results.append(stage.process(record))
-            except SetupError:
-                raise
-            except Exception as exc:
-                results.append(exc)
+            results.append(_one(stage.process, record))
+            if isinstance(results[-1], SetupError):
+                raise results[-1]
     it = (_owned(stage, r) for r in results)
     return [None if has_errors(r) else next(it) for r in batch]  # type: ignore[misc]
+
+
+def _one(process: ProcessOne, record: Record) -> Fields | Exception:
+    """`process(record)`, or the exception it raised (a SetupError too: the caller re-raises it)."""
+    try:
+        return process(record)
+    except Exception as exc:  # noqa: BLE001 - becomes the record's error entry
+        return exc
 
 
 def _owned(stage: Stage, result: Fields | Exception) -> Fields | Exception:
@@ -210,12 +248,17 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
     report = Report(stage=stage.name)
     _refuse_same_file(opts)
     sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
-    rejects = (open_sink(opts.rejects, resume=opts.resume, overwrite=opts.overwrite)
-               if opts.rejects is not None and stage.reject is not None else None)
+    try:
+        rejects = (open_sink(opts.rejects, resume=opts.resume, overwrite=opts.overwrite,
+                             what="--rejects")
+                   if opts.rejects is not None and stage.reject is not None else None)
+    except BaseException:
+        sink.close()
+        raise
     # Each record is written to exactly one of the two files: resume looks at both.
-    done = set(getattr(sink, "done_ids", set())) | set(getattr(rejects, "done_ids", set()))
+    done = Counter(getattr(sink, "done_ids", Counter())) + Counter(getattr(rejects, "done_ids", Counter()))
     if done:
-        log.info("resume: %d records already complete in %s", len(done), opts.output)
+        log.info("resume: %d records already complete in %s", sum(done.values()), opts.output)
     start = time.perf_counter()
     progress = make_progress(opts.quiet)
     try:
@@ -243,7 +286,11 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
                         if rejects is not None and stage.reject(out):  # type: ignore[misc]
                             report.rejected += 1
                             target = rejects
-                    target.write(line)
+                    try:
+                        target.write(line)
+                    except OSError as exc:  # a full disk: the file keeps whole lines only
+                        raise OSError(exc.errno, f"record {str(out['id'])[:200]!r} not written: "
+                                      f"{exc.strerror}") from None
                     progress.advance(task)
                     if opts.strict and failed:
                         report.stopped = True

@@ -71,15 +71,25 @@ def file_name(path: Path) -> str:
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """(line number, object) for every non-blank line of FILE (`-`: stdin); else a BenchmarkFileError."""
+    """(line number, object) for every non-blank line of FILE (`-`: stdin); else a BenchmarkFileError.
+
+    Lines end at "\\n" only and are decoded one by one (`vi.core.records.decode_lines`), so a
+    byte that is not UTF-8 is reported with its line, not as a codec traceback.
+    """
+    from vi.core.records import decode_lines
+
     rows = []
     with (open(sys.stdin.fileno(), "rb", closefd=False) if str(path) == "-" else open(path, "rb")) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            if not raw.strip():
+        for lineno, text, raw in decode_lines(handle):
+            if isinstance(text, UnicodeDecodeError):
+                raise BenchmarkFileError(
+                    f"{file_name(path)} line {lineno}: not UTF-8 (byte 0x{raw[text.start]:02x} at byte "
+                    f"{text.start + 1}); convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+            if not text.strip():
                 continue
             try:
-                value = json.loads(raw)
-            except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+                value = json.loads(text, strict=False)
+            except ValueError as exc:
                 raise BenchmarkFileError(f"{file_name(path)} line {lineno}: not JSON ({exc})") from None
             if not isinstance(value, dict):
                 raise BenchmarkFileError(f"{file_name(path)} line {lineno}: not a JSON object but {type(value).__name__}")

@@ -154,7 +154,12 @@ def asr_model_path(name: str) -> str:
 
     if name in _MODELS and get_spec(name) is None and not os.path.exists(name):
         return str(hub_path(_MODELS[name], name))
-    return str(resolve_model(name, role="asr"))
+    path = str(resolve_model(name, role="asr"))
+    if not os.path.isfile(os.path.join(path, "model.bin")):  # a file, or a folder of another format
+        raise SetupError(f"--model {name}: {path} is not a CTranslate2 Whisper model (a folder "
+                         "holding model.bin, config.json and the tokenizer); give an alias from "
+                         "`vi models`, such a folder, or a hub id in your cache")
+    return path
 
 
 def _load_whisperx(config: TranscribeConfig):

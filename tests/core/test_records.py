@@ -61,7 +61,8 @@ def test_nan_in_input_is_an_invalid_line_not_a_crash_later():
 
 def test_undecodable_bytes_and_lone_surrogates_survive():
     records = list(iter_records(io.BytesIO(b'\xff\xfe\n{"id": "s", "t": "\\ud800"}\n'), "test"))
-    assert records[0]["raw"] == "\\xff\\xfe" and records[0]["errors"][0]["kind"] == "invalid_json"
+    assert records[0]["raw"] == "\\xff\\xfe" and records[0]["errors"][0]["kind"] == "invalid_utf8"
+    assert records[0]["raw_base64"] == "//4="  # the exact bytes
     assert json.loads(dumps(records[1])) == {"id": "s", "t": "\ud800"}
 
 
