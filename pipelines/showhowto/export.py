@@ -24,12 +24,13 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, RecordError
+from vi.core.locks import FOLDER_LOCK, lock_folder
 from vi.core.media import read_frames
 from vi.core.progress import log
 from vi.core.records import REJECTED, Record, finite_number, has_errors
 from vi.core.sharding import Shard
 from vi.pipelines.showhowto.export_writers import (  # noqa: F401 (re-exported for vi.cli.export)
-    ImgseqWriter, SkippedLog, TarShardWriter, rebuild_prompts_index, safe_key)
+    ImgseqWriter, SkippedLog, TarShardWriter, rebuild_prompts_index, safe_key, shard_suffix)
 
 STAGE = "export showhowto"
 TOO_FEW_STEPS, UPSTREAM_ERROR, MALFORMED = "too_few_steps", "upstream_error", "malformed"
@@ -159,6 +160,19 @@ def encode_jpeg(strip: Image.Image, quality: int) -> bytes:
     return buffer.getvalue()
 
 
+_HELD_LOCKS: dict[Path, int] = {}  # lock file -> its fd, held until this process ends
+
+
+def hold_export_lock(root: Path, shard: Shard | None) -> None:
+    """One writer per shard of an export folder: a second `vi export` on the same ROOT and
+    shard (a requeued array task while the first still runs) stops at once, exit 2. Each
+    shard locks its own file, so an array job's shards still share ROOT."""
+    name = f"{FOLDER_LOCK}{shard_suffix(shard)}"
+    key = (root / name).resolve()
+    if key not in _HELD_LOCKS:  # this process holds it already (a second call in the same run)
+        _HELD_LOCKS[key] = lock_folder(root, "--out", name=name)
+
+
 def open_export(root: Path, layout: str, shard: Shard | None, *, maxcount: int, resume: bool,
                 overwrite: bool) -> tuple[ImgseqWriter | TarShardWriter, SkippedLog]:
     """The writer and skipped-list of this layout and shard, cleared, resumed or new.
@@ -170,6 +184,7 @@ def open_export(root: Path, layout: str, shard: Shard | None, *, maxcount: int, 
         raise ValueError("--resume and --overwrite exclude each other")
     if layout not in LAYOUTS:
         raise ValueError(f"--format must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    hold_export_lock(root, shard)
     writer = ImgseqWriter(root, shard) if layout == "showhowto" else TarShardWriter(root, shard, maxcount)
     skipped = SkippedLog(root, shard)
     if overwrite:

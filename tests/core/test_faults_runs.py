@@ -94,6 +94,25 @@ def test_a_second_writer_of_rejects_is_refused(tmp_path):
     FileSink(rejects, resume=True, overwrite=False).close()  # free again once closed
 
 
+def test_a_second_export_into_one_folder_and_shard_is_refused(tmp_path):
+    """vi export's folder: the lock of another process (here: another open file, which flock
+    treats alike) on ROOT/.vi-lock refuses a second writer of that shard, not another shard."""
+    from vi.core.locks import Locked, lock_folder
+    from vi.core.sharding import Shard
+    from vi.pipelines.showhowto.export import open_export
+
+    root = tmp_path / "dataset"
+    held = lock_folder(root, "--out", name=".vi-lock-0-of-2")  # shard 0 of 2, running elsewhere
+    try:
+        with pytest.raises(Locked, match="--out .*dataset is being written by another run"):
+            open_export(root, "showhowto", Shard(0, 2), maxcount=10, resume=True, overwrite=False)
+        writer, skipped = open_export(root, "showhowto", Shard(1, 2), maxcount=10, resume=False,
+                                      overwrite=False)  # shard 1 has its own lock
+        writer.close()
+    finally:
+        os.close(held)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 KiB tmpfs (root only): room for about 25 probe records."""
