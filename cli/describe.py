@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from vi.cli.app import app
+from vi.cli.llm_options import ConcurrencyOption, LLMOnlyOption, ThreadsOption
 from vi.cli.stage import stage_command
 from vi.core.models.vlm import KNOWN_DETECTORS, KNOWN_VLMS
 from vi.core.records import count_file, read_records
@@ -40,9 +41,7 @@ def describe_command(
         help="Zero-shot detector that checks the objects the VLM lists (OWL-ViT, OWLv2, Grounding DINO): a "
              f"folder or a cached hub id; auto: the first cached of {', '.join(KNOWN_DETECTORS)}, else none; "
              "none: keep the listed objects unchecked.")] = ds.AUTO,
-    llm: Annotated[str, typer.Option(
-        help="GGUF chat model that writes the sentence: an alias from `vi models`, a .gguf path or a cached "
-             "hub id.")] = ds.DescribeConfig.llm_model,
+    llm: LLMOnlyOption = ds.DescribeConfig.llm_model,
     prompt: Annotated[Path | None, typer.Option(
         help="Your own consolidation prompt (see the packaged prompt_templates/describe_consolidate.txt); it "
              "must use ${narration}, ${action_caption} and ${object_caption}.")] = None,
@@ -61,6 +60,8 @@ def describe_command(
     n_ctx: Annotated[int, typer.Option(help="The LLM's context window, in tokens.")] = 2048,
     device: str = "auto",
     dtype: str = "auto",
+    threads: ThreadsOption = None,
+    concurrency: ConcurrencyOption = 1,
 ):
     # torch (EfficientNet, the VLM, the detector) and llama.cpp share this process: OpenMP threads that
     # spin after torch's work starve llama.cpp's (on 2 busy cores, 8 tokens of SmolLM2 took 26 s, not 0.3 s).
@@ -69,7 +70,8 @@ def describe_command(
     config = ds.DescribeConfig(vlm=vlm, detector=detector, llm_model=llm, prompt=prompt, num_frames=num_frames,
                                max_new_tokens=max_new_tokens, step_max_tokens=step_max_tokens, n_ctx=n_ctx,
                                min_score=min_score, box_threshold=box_threshold, top_k=top_k, device=device,
-                               dtype=dtype, seed=opts.seed)
-    stage = Stage(ds.STAGE, writes=("description",), process=lambda r: ds.describe(r, config))
+                               dtype=dtype, seed=opts.seed, threads=threads, concurrency=concurrency)
+    stage = Stage(ds.STAGE, writes=("description",), process=lambda r: ds.describe(r, config),
+                  concurrency=concurrency)
     return run_stage(stage, read_records(opts.input, ds.STAGE), opts,
                      total=lambda: count_file(opts.input, opts.shard))

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from vi.cli.app import app
+from vi.cli.llm_options import ConcurrencyOption, LLMOption, ThreadsOption
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
@@ -20,18 +21,17 @@ from vi.pipelines.showhowto import extract_steps as es
             "(ShowHowTo).",
     reads="[cyan]transcript[/cyan], and [cyan]title[/cyan] and [cyan]duration[/cyan] when "
           "present.",
-    writes="[cyan]steps[/cyan] = {title, items: [{text, start, end}], model, chunks, repairs}: "
-           "times inside the video, start <= end, in temporal order; [cyan]repairs[/cyan] lists "
-           "what was fixed in the model's reply.",
+    writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, chunks, "
+           "repairs}: the model cites the first and last transcript line of each step and the "
+           "times are those lines' ([cyan]lines[/cyan]: their indices in transcript.segments); "
+           "in temporal order; [cyan]repairs[/cyan] lists what was fixed in the model's reply.",
     example="vi filter-instructional --drop --rejects no.jsonl -i t.jsonl | vi extract-steps | "
             "vi align-frames",
     models="device",
 )
 def extract_steps_command(
     opts: StreamOptions,
-    model: Annotated[str, typer.Option(
-        help="GGUF chat model: an alias from `vi models`, a .gguf path or a cached hub id.")
-    ] = es.ExtractConfig.model,
+    model: LLMOption = es.ExtractConfig.model,
     prompt: Annotated[Optional[Path], typer.Option(
         help="Your own prompt file (see the packaged prompt_templates/extract_steps.txt for "
              "the format); it must use ${title} and ${transcript}.")] = None,
@@ -44,10 +44,14 @@ def extract_steps_command(
         help="Step times up to this many seconds outside the video are clamped; further out, "
              "the step is dropped.")] = 2.0,
     device: str = "auto",
+    threads: ThreadsOption = None,
+    concurrency: ConcurrencyOption = 1,
 ):
     config = es.ExtractConfig(model=model, prompt=prompt, n_ctx=n_ctx,
                               max_new_tokens=max_new_tokens, overlap_s=overlap,
-                              tolerance_s=tolerance, device=device, seed=opts.seed)
-    stage = Stage(es.STAGE, writes=("steps",), process=lambda r: es.extract(r, config))
+                              tolerance_s=tolerance, device=device, seed=opts.seed,
+                              threads=threads, concurrency=concurrency)
+    stage = Stage(es.STAGE, writes=("steps",), process=lambda r: es.extract(r, config),
+                  concurrency=concurrency)
     return run_stage(stage, read_records(opts.input, es.STAGE), opts,
                      total=lambda: count_file(opts.input, opts.shard))

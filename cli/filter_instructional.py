@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from vi.cli.app import app
+from vi.cli.llm_options import ConcurrencyOption, LLMOption, ThreadsOption
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
@@ -26,9 +27,7 @@ from vi.pipelines.showhowto import filter_instructional as fi
 )
 def filter_instructional_command(
     opts: StreamOptions,
-    model: Annotated[str, typer.Option(
-        help="GGUF chat model: an alias from `vi models`, a .gguf path or a cached hub id.")
-    ] = fi.FilterConfig.model,
+    model: LLMOption = fi.FilterConfig.model,
     prompt: Annotated[Optional[Path], typer.Option(
         help="Your own prompt file (see the packaged prompt_templates/filter_instructional.txt "
              "for the format); it must use ${title} and ${transcript}.")] = None,
@@ -43,6 +42,8 @@ def filter_instructional_command(
         help="With --drop: the JSONL file for the records set aside (nothing is lost).")
     ] = None,
     device: str = "auto",
+    threads: ThreadsOption = None,
+    concurrency: ConcurrencyOption = 1,
 ):
     if drop and rejects is None:
         raise ValueError("--drop needs --rejects FILE for the records it sets aside "
@@ -51,8 +52,8 @@ def filter_instructional_command(
         raise ValueError("--rejects FILE is only used with --drop")
     opts.rejects = rejects
     config = fi.FilterConfig(model=model, prompt=prompt, max_chars=max_chars, n_ctx=n_ctx,
-                             device=device, seed=opts.seed)
+                             device=device, seed=opts.seed, threads=threads, concurrency=concurrency)
     stage = Stage(fi.STAGE, writes=("instructional",), process=lambda r: fi.classify(r, config),
-                  reject=fi.is_rejected if drop else None)
+                  reject=fi.is_rejected if drop else None, concurrency=concurrency)
     return run_stage(stage, read_records(opts.input, fi.STAGE), opts,
                      total=lambda: count_file(opts.input, opts.shard))

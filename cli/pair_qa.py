@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from vi.cli.app import app
+from vi.cli.llm_options import ConcurrencyOption, LLMOption, ThreadsOption
 from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
@@ -57,9 +58,7 @@ def pair_qa_command(
     types: Annotated[str, typer.Option(
         help="Prompt types to ask, comma-separated: 1 differences, 2 \"Which video ...?\", "
              "3 same main action (YES/NO). One LLM call per type and pair.")] = "1,2,3",
-    model: Annotated[str, typer.Option(
-        help="GGUF chat model: an alias from `vi models`, a .gguf path or a cached hub id.")
-    ] = pq.PairQAConfig.model,
+    model: LLMOption = pq.PairQAConfig.model,
     prompt: Annotated[Optional[list[str]], typer.Option(
         metavar="[TYPE=]FILE",
         help="Your own prompt for a type, as TYPE=FILE (repeat for several types; a bare FILE "
@@ -76,11 +75,15 @@ def pair_qa_command(
         help="Type 1 answers longer than this are dropped as too_long (the prompt asks for "
              "short answers).")] = pq.PairQAConfig.max_answer_words,
     device: str = "auto",
+    threads: ThreadsOption = None,
+    concurrency: ConcurrencyOption = 1,
 ):
     selected = parse_types(types)
     config = pq.PairQAConfig(model=model, types=selected, prompts=prompt_overrides(prompt or [], selected),
                              n_ctx=n_ctx, max_new_tokens=max_new_tokens, temperature=temperature,
-                             max_answer_words=max_answer_words, device=device, seed=opts.seed)
-    stage = Stage(pq.STAGE, writes=("qa", "qa_stats"), process=lambda r: pq.pair_qa(r, config))
+                             max_answer_words=max_answer_words, device=device, seed=opts.seed,
+                             threads=threads, concurrency=concurrency)
+    stage = Stage(pq.STAGE, writes=("qa", "qa_stats"), process=lambda r: pq.pair_qa(r, config),
+                  concurrency=concurrency)
     return run_stage(stage, read_records(opts.input, pq.STAGE), opts,
                      total=lambda: count_file(opts.input, opts.shard))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ def llama_gpu_layers(device: str) -> int:
 
 def gguf_path(ref: str) -> Path:
     """The .gguf file that `ref` names (alias, file, folder or cached hub id holding one)."""
+    backend, colon, rest = ref.partition(":")
+    if colon and backend in ("openai", "transformers"):  # what load_llm runs, not llama.cpp here
+        raise ValueError(f"{ref!r}: this command runs its LLM in process through llama.cpp (it reads the "
+                         "model's likelihoods, which a chat server does not give): name a GGUF model")
+    ref = rest if colon and backend == "llama.cpp" else ref
     path = resolve_model(ref, role="llm")
     if path.is_dir():
         found = sorted(path.rglob("*.gguf"))
@@ -104,6 +110,7 @@ class ChatLLM:
         except (ValueError, RuntimeError) as exc:
             raise SetupError(f"llama.cpp cannot load {path}: {exc}") from None
         self._formatter = None
+        self._lock = threading.Lock()  # one context: --concurrency's threads take turns
         _open_models.add(self)
 
     def close(self) -> None:
@@ -122,10 +129,11 @@ class ChatLLM:
     def chat(self, messages: list[dict[str, str]], *, schema: dict[str, Any] | None = None,
              max_tokens: int = 512, temperature: float = 0.0, seed: int = 0) -> ChatReply:
         """Greedy at temperature 0; seeded sampling otherwise (same seed, same reply)."""
-        self.llama.reset()  # no state carried from the previous record
-        out = self.llama.create_chat_completion(
-            messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
-            response_format={"type": "json_object", "schema": schema} if schema else None)
+        with self._lock:
+            self.llama.reset()  # no state carried from the previous record
+            out = self.llama.create_chat_completion(
+                messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                response_format={"type": "json_object", "schema": schema} if schema else None)
         choice, usage = out["choices"][0], out.get("usage", {})
         return ChatReply(text=choice["message"]["content"] or "",
                          prompt_tokens=usage.get("prompt_tokens", 0),

@@ -15,6 +15,9 @@ One run (about 8 minutes on 2 CPU cores) measures:
   schema (`bench_llm`).
 - StepDiff's model: training samples/s from a feature store vs re-encoding every step, and
   DiffMCQ scoring with the 4 options batched vs one at a time (`bench_stepdiff`).
+- LLM backends: filter-instructional through a local llama.cpp server with 1, 4 and 8
+  requests in flight vs in process; on a GPU, transformers batched vs one at a time
+  (`bench_llm_server`).
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -43,6 +46,7 @@ from rich.console import Console
 from vi.core.sink import claim_stdout
 from vi.evaluation.bench.align import bench_align_frames
 from vi.evaluation.bench.llm import bench_extract_steps, extract_steps_rows
+from vi.evaluation.bench.llm_server import bench_llm_server, llm_server_rows
 from vi.evaluation.bench.stepdiff import bench_stepdiff
 from vi.evaluation.bench.tools import (
     Row,
@@ -353,6 +357,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
                      "stepdiff"):
             results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out)]
+        with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
+                     "llm_server"):
+            results["llm_server"] = bench_llm_server()
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -363,7 +370,8 @@ def all_rows(results: dict) -> list[Row]:
             + probe_rows(results["probe"]) + memory_rows(results["memory"])
             + [Row(**row) for row in results["align_frames"]]
             + extract_steps_rows(results["extract_steps"])
-            + [Row(**row) for row in results["stepdiff"]])
+            + [Row(**row) for row in results["stepdiff"]]
+            + llm_server_rows(results["llm_server"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:

@@ -1,11 +1,14 @@
 """`vi extract-steps`: WikiHow-style steps with start/end times from a timestamped transcript.
 
-ShowHowTo (Sec. 3.1) prompts an LLM with the transcript as lines `start - end: "text"` and
-asks for concise, actionable, temporally ordered steps, each with the times it is carried
-out; a step may span several lines. Here the reply is constrained to a JSON schema, then
-checked against the video: times inside it, start <= end, temporal order. What is safely
-repairable is repaired and listed in `steps.repairs`; a reply with no usable step is an
-error record.
+ShowHowTo (Sec. 3.1) prompts an LLM with the transcript's lines and asks for concise,
+actionable, temporally ordered steps, each with the times it is carried out; a step may span
+several lines. Here the lines are numbered (`[n] text`) and the model cites, for each step,
+the first and last line that state it; it never types a time. The reply is constrained to
+a JSON schema whose line numbers can only be those shown and whose step count is bounded,
+and each step's start and end are the start of its first line and the end of its last. (A
+small model asked to type times copies the time of a neighbouring line, or maps every line
+to a step.) The citations are then checked: order, overlap, repeats; what is repaired is
+listed in `steps.repairs`, and a reply with no usable step is an error record.
 
 A transcript longer than the model's context is cut into chunks of whole lines. Each chunk
 owns a stretch of time (its "core") and is shown with `overlap_s` seconds of neighbouring
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,30 +28,42 @@ from typing import Any
 
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
+from vi.core.models.chat import UsesLLM, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.common.transcript_text import Segment, speech_segments, timestamped_lines
+from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"
-STEPS_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string", "maxLength": 150},
-        "steps": {"type": "array", "minItems": 1, "maxItems": 40, "items": {
-            "type": "object",
-            "properties": {"instruction": {"type": "string", "maxLength": 300},
-                           "start": {"type": "number"}, "end": {"type": "number"}},
-            "required": ["instruction", "start", "end"]}},
-    },
-    "required": ["title", "steps"],
-}
+MAX_STEPS = 15  # per chunk; ShowHowTo's videos have 7.7 +- 2.8 steps
 SAFETY_TOKENS = 64  # the token count of a rendered chat is estimated, not exact
 
 
+def steps_schema(line_numbers: list[int]) -> dict:
+    """The reply's JSON schema; a cited line can only be one of `line_numbers` (llama.cpp's
+    grammar has no integer bounds, so they are an enum)."""
+    line = {"enum": list(line_numbers)}
+    return {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "maxLength": 150},
+            "steps": {"type": "array", "minItems": 0, "maxItems": MAX_STEPS, "items": {
+                "type": "object",
+                "properties": {"first_line": line, "last_line": line,
+                               "text": {"type": "string", "maxLength": 300}},
+                "required": ["first_line", "last_line", "text"]}},
+        },
+        "required": ["title", "steps"],
+    }
+
+
+def numbered_lines(segments: list[Segment], first: int = 1) -> list[str]:
+    """The transcript lines as the prompt shows them: `[n] text`, numbered from `first`."""
+    return [f"[{n}] {s.text}" for n, s in enumerate(segments, first)]
+
+
 @dataclass(frozen=True)
-class ExtractConfig:
+class ExtractConfig(UsesLLM):
     model: str = "qwen2.5-coder-1.5b"
     prompt: Path | None = None
     n_ctx: int = 4096
@@ -56,6 +72,8 @@ class ExtractConfig:
     tolerance_s: float = 2.0  # times this far outside the video are clamped, not refused
     device: str = "auto"
     seed: int = 0
+    threads: int | None = None  # llama.cpp's CPU threads
+    concurrency: int = 1  # requests in flight (server) or batch (transformers)
     template: ChatPrompt = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -64,13 +82,9 @@ class ExtractConfig:
                              f"({self.n_ctx // 2}), got {self.max_new_tokens}")
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
-        llama_gpu_layers(self.device)
-        gguf_path(self.model)  # a missing model stops the stage before any record (exit 5)
+        check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "extract_steps", self.prompt, needs=("title", "transcript")))
-
-    def llm(self) -> ChatLLM:
-        return load_chat_llm(self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -129,42 +143,142 @@ def parse_reply(text: str, record_id: object) -> tuple[str, list[Any]]:
                           f"{text[:200]!r}") from None
 
 
-def validate_steps(raw: list[Any], duration: float, tolerance: float
-                   ) -> tuple[list[dict], list[str]]:
-    """Steps checked against a video of `duration` s: (items, repairs made)."""
-    items, repairs = [], []
+def line_number(value: Any) -> int | None:
+    number = finite_number(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+# Words that say nothing about which line a step comes from.
+_STOPWORDS = frozenset("""a an and the to of in on into onto for with it its it's this that these
+those then now so um uh just like is are be was you your we our i i'm my me they them there here
+till until up down out off over at by from as or but if when while some all one bit little""".split())
+SNAP_WINDOW = 2  # lines a citation may move by, at each end
+SNAP_MARGIN = 0.15  # how much better (F1 of content words) the moved lines must match
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
+
+
+def _match(step: set[str], lines: list[set[str]]) -> float:
+    """F1 between a step's content words and those of a run of lines."""
+    said = set().union(*lines)
+    common = len(step & said)
+    return 0.0 if not common else 2 * common / (len(step) + len(said))
+
+
+def snap_to_lines(first: int, last: int, text: str, texts: list[str]) -> tuple[int, int]:
+    """The run of lines near the cited one that the step's words come from.
+
+    Small models cite the line before the one they paraphrase (their text is right, their
+    number one off), so the cited run may move by up to SNAP_WINDOW lines at each end, to
+    the run whose content words best match the step's (F1), when that is clearly better
+    (SNAP_MARGIN). A step that shares no words with the lines keeps its citation."""
+    words = content_words(text)
+    if not words:
+        return first, last
+    line_words = [content_words(t) for t in texts]
+    cited = _match(words, line_words[first - 1:last])
+    best, where = cited, (first, last)
+    span = last - first
+    for a in range(max(1, first - SNAP_WINDOW), min(len(texts), first + SNAP_WINDOW) + 1):
+        for b in range(a, min(len(texts), last + SNAP_WINDOW, a + span + SNAP_WINDOW) + 1):
+            score = _match(words, line_words[a - 1:b])
+            if score > best + 1e-9:
+                best, where = score, (a, b)
+    return where if best >= cited + SNAP_MARGIN else (first, last)
+
+
+def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
+                ) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """The model's steps as (first line, last line, text), lines numbered 1..`count`: checked,
+    moved onto the lines their words come from (`texts`, the lines' text, when given), in
+    order, without overlaps or repeats: (steps, repairs made)."""
+    cited, repairs = [], []
     for i, step in enumerate(raw, 1):
-        text = str(step.get("instruction") or step.get("text") or "").strip() if isinstance(step, dict) else ""
-        start = finite_number(step.get("start")) if isinstance(step, dict) else None
-        end = finite_number(step.get("end")) if isinstance(step, dict) else None
+        step = step if isinstance(step, dict) else {}
+        text = str(step.get("text") or step.get("instruction") or "").strip()
+        first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
         if not text:
-            repairs.append(f"step {i}: no instruction text, dropped")
+            repairs.append(f"step {i}: no text, dropped")
             continue
-        if start is None or end is None:
-            repairs.append(f"step {i}: start/end are not numbers, dropped")
+        if first is None and last is None:
+            repairs.append(f"step {i}: cites no line number, dropped")
             continue
-        if start > end:
-            start, end = end, start
-            repairs.append(f"step {i}: start after end, swapped")
+        if first is None or last is None:
+            first = last = first if last is None else last
+            repairs.append(f"step {i}: cites one line only, used for both ends")
+        if first > last:
+            first, last = last, first
+            repairs.append(f"step {i}: first line after last line, swapped")
+        if last < 1 or first > count:
+            repairs.append(f"step {i}: cites lines {first}-{last}, outside the transcript's "
+                           f"1-{count}, dropped")
+            continue
+        if first < 1 or last > count:
+            first, last = max(first, 1), min(last, count)
+            repairs.append(f"step {i}: cited lines cut to the transcript's 1-{count}")
+        if texts is not None:
+            moved = snap_to_lines(first, last, text, texts)
+            if moved != (first, last):
+                repairs.append(f"step {i}: cited lines {first}-{last}, moved to {moved[0]}-{moved[1]}, "
+                               "the lines its words come from")
+                first, last = moved
+        cited.append((first, last, text))
+    ordered = sorted(cited, key=lambda c: (c[0], c[1]))
+    if ordered != cited:
+        repairs.append("steps reordered by their lines")
+    steps: list[list] = []
+    for first, last, text in ordered:
+        if steps and steps[-1][2].casefold() == text.casefold():  # often from chunk overlap
+            steps[-1][1] = max(steps[-1][1], last)
+            repairs.append(f"repeated step {text!r} merged")
+            continue
+        if steps and first < steps[-1][1]:  # two steps may share one line, no more
+            repairs.append(f"step {steps[-1][2]!r} (lines {steps[-1][0]}-{steps[-1][1]}) overlapped "
+                           f"the next one; cut to end at line {max(steps[-1][0], first)}")
+            steps[-1][1] = max(steps[-1][0], first)
+        steps.append([first, last, text])
+    return [tuple(s) for s in steps], repairs
+
+
+def timed_steps(cited: list[tuple[int, int, str]], segments: list[Segment], indices: list[int],
+                duration: float, tolerance: float, repairs: list[str]) -> list[dict]:
+    """Items `{text, start, end, lines}`: start of the first cited line, end of the last one,
+    inside the video; `lines` are indices into the record's transcript.segments."""
+    items = []
+    for first, last, text in cited:
+        start, end = segments[first - 1].start, segments[last - 1].end
         if end < -tolerance or start > duration + tolerance:
-            repairs.append(f"step {i}: {start:.2f}-{end:.2f} s is outside the video "
-                           f"(0-{duration:.2f} s), dropped")
+            repairs.append(f"step {text!r}: its lines ({start:.2f}-{end:.2f} s) are outside the "
+                           f"video (0-{duration:.2f} s), dropped")
             continue
         clamped = (min(max(start, 0.0), duration), min(max(end, 0.0), duration))
         if abs(clamped[0] - start) > 0.01 or abs(clamped[1] - end) > 0.01:
-            repairs.append(f"step {i}: times clamped to the video")
-        items.append({"text": text, "start": round(clamped[0], 2), "end": round(clamped[1], 2)})
-    ordered = sorted(items, key=lambda s: (s["start"], s["end"]))
-    if ordered != items:
-        repairs.append("steps reordered by start time")
-    merged: list[dict] = []
-    for item in ordered:  # the same instruction twice in a row (often from chunk overlap)
-        if merged and merged[-1]["text"].casefold() == item["text"].casefold():
-            merged[-1]["end"] = max(merged[-1]["end"], item["end"])
-            repairs.append(f"repeated step {item['text']!r} merged")
-            continue
-        merged.append(item)
-    return merged, repairs
+            repairs.append(f"step {text!r}: times clamped to the video")
+        items.append({"text": text, "start": round(clamped[0], 2), "end": round(clamped[1], 2),
+                      "lines": [indices[first - 1], indices[last - 1]]})
+    return items
+
+
+def speech_lines(record: dict) -> tuple[list[Segment], list[int]]:
+    """The speech segments in time order, and the index of each in `transcript.segments`."""
+    segments = speech_segments(record)  # checks the transcript
+    transcript = record["transcript"]
+    raw = transcript.get("segments") if isinstance(transcript, dict) else transcript
+    order = sorted(range(len(raw)), key=lambda i: (float(raw[i]["start"]),  # as segments_of sorts
+                                                   max(float(raw[i]["start"]), float(raw[i]["end"]))))
+    indices = [i for i in order if is_speech(raw[i]["text"].strip())]
+    return segments, indices
+
+
+def owned_by(chunk: Chunk, step: Any, segments: list[Segment]) -> bool:
+    """Whether `step` belongs to `chunk`: its first cited line starts in the chunk's core
+    (a step citing no usable line is kept, for cited_steps to report)."""
+    first = line_number(step.get("first_line")) if isinstance(step, dict) else None
+    if first is None or not 1 <= first <= len(segments):
+        return True
+    return chunk.core_start <= segments[first - 1].start < chunk.core_end
 
 
 def video_duration(record: dict, segments: list[Segment]) -> float:
@@ -173,7 +287,7 @@ def video_duration(record: dict, segments: list[Segment]) -> float:
 
 
 def extract(record: dict, config: ExtractConfig) -> dict:
-    segments = speech_segments(record)
+    segments, indices = speech_lines(record)
     if not segments:
         raise RecordError("no_narration", f"record {record['id']}: the transcript has no speech "
                           "(empty, or only music/noise captions); no steps to extract. "
@@ -185,27 +299,34 @@ def extract(record: dict, config: ExtractConfig) -> dict:
     if budget < 100:
         raise RecordError("context_too_small", f"record {record['id']}: the prompt leaves "
                           f"{budget} tokens for the transcript; raise --n-ctx or shorten --prompt")
-    line_tokens = {s: llm.count_tokens(timestamped_lines([s])[0]) + 1 for s in segments}
+    number = {id(s): n for n, s in enumerate(segments, 1)}  # the line numbers the model cites
+    line_tokens = {id(s): llm.count_tokens(numbered_lines([s], number[id(s)])[0]) + 1
+                   for s in segments}
     longest = max(line_tokens.values())
     if longest > budget:
         raise RecordError("context_too_small", f"record {record['id']}: one transcript segment is "
                           f"{longest} tokens, more than the {budget} the prompt leaves in --n-ctx "
                           f"{config.n_ctx}; raise --n-ctx (or re-run vi transcribe, which cuts "
                           "segments at sentences)")
-    chunks = plan_chunks(segments, line_tokens.__getitem__, budget, config.overlap_s)
+    chunks = plan_chunks(segments, lambda s: line_tokens[id(s)], budget, config.overlap_s)
     titles, raw = [], []
     for n, chunk in enumerate(chunks):
+        first = number[id(chunk.segments[0])]  # a chunk's lines are consecutive
         messages = config.template.render(
-            title=title, transcript="\n".join(timestamped_lines(chunk.segments)))
-        reply = llm.chat(messages, schema=STEPS_SCHEMA, max_tokens=config.max_new_tokens,
+            title=title, transcript="\n".join(numbered_lines(chunk.segments, first)))
+        schema = steps_schema(list(range(first, first + len(chunk.segments))))
+        reply = llm.chat(messages, schema=schema, max_tokens=config.max_new_tokens,
                          seed=record_seed(config.seed, f"{record['id']}#{n}") % 2**32)
         chunk_title, steps = parse_reply(reply.text, record["id"])
         titles.append(chunk_title)
-        raw += [s for s in steps if not isinstance(s, dict) or finite_number(s.get("start")) is None
-                or chunk.core_start <= s["start"] < chunk.core_end]
-    items, repairs = validate_steps(raw, video_duration(record, segments), config.tolerance_s)
+        raw += [s for s in steps if owned_by(chunk, s, segments)]
+    cited, repairs = cited_steps(raw, len(segments), [s.text for s in segments])
+    items = timed_steps(cited, segments, indices, video_duration(record, segments),
+                        config.tolerance_s, repairs)
     if not items:
+        why = "; ".join(repairs) or ("it listed none: does the video teach a task? "
+                                     "vi filter-instructional sets aside those that do not")
         raise RecordError("no_steps", f"record {record['id']}: no usable step in the model's "
-                          f"reply ({'; '.join(repairs) or 'it listed none'})")
+                          f"reply ({why})")
     return {"steps": {"title": next((t for t in titles if t), title), "items": items,
                       "model": config.model, "chunks": len(chunks), "repairs": repairs}}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vi.core.errors import RecordError
-from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
+from vi.core.models.chat import UsesLLM, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_segments
@@ -35,7 +35,7 @@ ANSWER_SCHEMA = {
 
 
 @dataclass(frozen=True)
-class FilterConfig:
+class FilterConfig(UsesLLM):
     model: str = "qwen2.5-coder-1.5b"
     prompt: Path | None = None  # None: the packaged prompt
     max_chars: int = 1500  # of transcript text shown to the model
@@ -44,18 +44,16 @@ class FilterConfig:
     n_ctx: int = 4096
     device: str = "auto"
     seed: int = 0
+    threads: int | None = None  # llama.cpp's CPU threads
+    concurrency: int = 1  # requests in flight (server) or batch (transformers)
     template: ChatPrompt = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_chars < 100:
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
-        llama_gpu_layers(self.device)
-        gguf_path(self.model)  # a missing model stops the stage before any record (exit 5)  # a bad --device fails here, before any record
+        check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))
-
-    def llm(self) -> ChatLLM:
-        return load_chat_llm(self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed)
 
 
 def transcript_excerpt(record: dict, config: FilterConfig) -> str:

@@ -31,7 +31,7 @@ from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import ModelNotAvailable, RecordError
 from vi.core.models import vision, vlm
-from vi.core.models.llm import ChatLLM, gguf_path, llama_gpu_layers, load_chat_llm
+from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
 from vi.core.progress import log
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
@@ -52,9 +52,11 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d+[.)]|[a-z][.)](?=\s))\s*")
 
 
 @dataclass(frozen=True)
-class DescribeConfig:
+class DescribeConfig(UsesLLM):
     """The options of `vi describe`, checked when built: a bad one fails before any record (exit 2), a
     missing model too (exit 5). The models load on the first record that needs them."""
+
+    LLM_FIELD = "llm_model"  # describe names its LLM --llm, beside --vlm
 
     vlm: str = AUTO
     detector: str = AUTO
@@ -70,6 +72,8 @@ class DescribeConfig:
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
+    threads: int | None = None  # llama.cpp's CPU threads
+    concurrency: int = 1  # requests in flight (server) or batch (transformers)
     placement: Placement = field(init=False, compare=False)
     vlm_files: vlm.HFModelFiles | None = field(init=False, compare=False)
     detector_files: vlm.HFModelFiles | None = field(init=False, compare=False)
@@ -95,8 +99,7 @@ class DescribeConfig:
             "classifier": vision.locate_imagenet_classifier() if chosen_vlm is None else None,
             "lengths": VideoLengths(),
         }
-        llama_gpu_layers(self.device)
-        gguf_path(self.llm_model)  # a missing LLM stops the stage before any record (exit 5)
+        check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # a frozen dataclass: set once, here
 
@@ -107,9 +110,6 @@ class DescribeConfig:
             return {"action": None, "objects": IMAGENET_OBJECTS, "step": self.llm_model}
         objects = self.vlm_files.label + (f"+{self.detector_files.label}" if self.detector_files else "")
         return {"action": self.vlm_files.label, "objects": objects, "step": self.llm_model}
-
-    def llm(self) -> ChatLLM:
-        return load_chat_llm(self.llm_model, n_ctx=self.n_ctx, device=self.device, seed=self.seed)
 
     def load_vlm(self) -> vlm.VisionLanguageModel:
         return vlm.load_vlm(self.vlm_files, self.placement)
@@ -262,7 +262,7 @@ def _filled(text: str | None) -> str:
     return text or NOT_AVAILABLE  # the template ends each part with its own period
 
 
-def consolidate(llm: ChatLLM, config: DescribeConfig, record_id: object, narration: str | None,
+def consolidate(llm: ChatBackend, config: DescribeConfig, record_id: object, narration: str | None,
                 action: str | None, objects: str | None) -> str:
     messages = config.template.render(narration=_filled(narration), action_caption=_filled(action),
                                       object_caption=_filled(objects))

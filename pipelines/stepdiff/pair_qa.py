@@ -41,7 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from vi.core.errors import RecordError
-from vi.core.models.llm import ChatLLM, ChatReply, gguf_path, llama_gpu_layers, load_chat_llm
+from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
+from vi.core.models.llm import ChatReply
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
@@ -242,7 +243,7 @@ def clip_text(clip: dict, keystep: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class PairQAConfig:
+class PairQAConfig(UsesLLM):
     model: str = "qwen2.5-coder-1.5b"
     types: tuple[int, ...] = QA_TYPES
     prompts: tuple[tuple[int, Path], ...] = ()  # (type, prompt file) replacing packaged prompts
@@ -252,6 +253,8 @@ class PairQAConfig:
     max_answer_words: int = 30
     device: str = "auto"
     seed: int = 0
+    threads: int | None = None  # llama.cpp's CPU threads
+    concurrency: int = 1  # requests in flight (server) or batch (transformers)
     templates: dict[int, ChatPrompt] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -267,13 +270,9 @@ class PairQAConfig:
             raise ValueError(f"--temperature must not be negative, got {self.temperature}")
         if self.max_answer_words < 1:
             raise ValueError(f"--max-answer-words must be at least 1, got {self.max_answer_words}")
-        llama_gpu_layers(self.device)
-        gguf_path(self.model)  # a missing model stops the stage before any record (exit 5)
+        check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "templates", {
             t: load_prompt(PROMPT_NAMES[t], overrides.get(t), needs=("d1", "d2")) for t in self.types})
-
-    def llm(self) -> ChatLLM:
-        return load_chat_llm(self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed)
 
 
 def pair_texts(record: dict) -> tuple[str, str, dict[str, str]]:
@@ -295,7 +294,7 @@ def pair_texts(record: dict) -> tuple[str, str, dict[str, str]]:
     return texts[0], texts[1], sources
 
 
-def ask(llm: ChatLLM, config: PairQAConfig, qa_type: int, d1: str, d2: str, record_id: object
+def ask(llm: ChatBackend, config: PairQAConfig, qa_type: int, d1: str, d2: str, record_id: object
         ) -> tuple[ChatReply, list[QA]]:
     """One LLM call for one prompt type: the reply and the QA it offers, before filtering."""
     template = config.templates[qa_type]

@@ -85,35 +85,15 @@ def test_bad_transcripts_are_specific_record_errors(bad, message):
 
 # --- validation and repair of the model's steps -----------------------------------------------
 
-def test_steps_are_repaired_where_safe_and_dropped_where_not():
-    raw = [
-        {"instruction": "Boil water.", "start": 12.0, "end": 10.0},  # swapped
-        {"instruction": "Chop onions.", "start": 2.0, "end": 5.0},  # out of order
-        {"instruction": "Serve.", "start": 58.9, "end": 61.5},  # just past the end: clamped
-        {"instruction": "Dance.", "start": 300.0, "end": 310.0},  # far outside: dropped
-        {"instruction": "  ", "start": 1.0, "end": 2.0},  # no text: dropped
-        {"instruction": "Stir.", "start": "soon", "end": 3.0},  # not numbers: dropped
-        {"instruction": "boil water.", "start": 12.5, "end": 14.0},  # repeat: merged
-    ]
-    items, repairs = es.validate_steps(raw, duration=60.0, tolerance=2.0)
-    assert items == [{"text": "Chop onions.", "start": 2.0, "end": 5.0},
-                     {"text": "Boil water.", "start": 10.0, "end": 14.0},
-                     {"text": "Serve.", "start": 58.9, "end": 60.0}]
-    text = " | ".join(repairs)
-    for expected in ("swapped", "clamped", "outside the video", "no instruction text",
-                     "not numbers", "reordered", "merged"):
-        assert expected in text
-
-
 def test_a_reply_that_breaks_the_schema_is_a_record_error():
     with pytest.raises(RecordError) as info:
-        es.parse_reply('{"title": "How to", "steps": [{"instruction": "Boil', "v1")
+        es.parse_reply('{"title": "How to", "steps": [{"first_line": 2, "text": "Boil', "v1")
     assert info.value.kind == "llm_output_invalid" and "--max-new-tokens" in info.value.message
 
 
 class EchoLLM:
-    """A stand-in LLM with a small context: one step per transcript line it is shown, with
-    the line's own times, so chunking and merging can be checked exactly."""
+    """A stand-in LLM with a small context: one step per transcript line it is shown, citing
+    that line, so chunking and merging can be checked exactly."""
 
     n_ctx = 1100
 
@@ -128,8 +108,10 @@ class EchoLLM:
 
     def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
         self.calls += 1
-        lines = re.findall(r'^([\d.]+) - ([\d.]+): "(.*)"$', messages[-1]["content"], re.M)
-        steps = [{"instruction": t, "start": float(a), "end": float(b)} for a, b, t in lines]
+        lines = re.findall(r"^\[(\d+)\] (.*)$", messages[-1]["content"], re.M)
+        steps = [{"first_line": int(n), "last_line": int(n), "text": t} for n, t in lines]
+        cited = schema["properties"]["steps"]["items"]["properties"]["first_line"]["enum"]
+        assert cited == [int(n) for n, _ in lines]  # the model can cite the lines shown, no others
         return ChatReply(json.dumps({"title": "How to test", "steps": steps}), 0, 0, "stop")
 
 
@@ -141,6 +123,7 @@ def test_a_long_transcript_is_chunked_and_every_step_kept_once(monkeypatch):
     out = es.extract(record("long", lines, duration=400.0), config)["steps"]
     assert out["chunks"] > 2 and llm.calls == out["chunks"]
     assert [s["text"] for s in out["items"]] == [t for _, _, t in lines]
+    assert [(s["start"], s["end"]) for s in out["items"]] == [(a, b) for a, b, _ in lines]
     assert out["repairs"] == []
 
 

@@ -1,0 +1,212 @@
+"""One interface for every chat LLM a stage calls, whatever runs it.
+
+A stage names its LLM with one string, `--llm SPEC`:
+- `REF` or `llama.cpp:REF`: a GGUF model run in this process by llama.cpp (the offline default);
+- `transformers:REF`: a model run in this process by transformers (a GPU's batched generation);
+- `openai:MODEL@URL`: an OpenAI-compatible chat server (vLLM, SGLang, TGI, llama.cpp's server, a
+  hosted API), MODEL being the name the server knows; the key, if it needs one, comes from
+  VI_LLM_API_KEY (else OPENAI_API_KEY), never from the command line.
+The spec is what a stage writes as the record's `model`, so a record says which backend made it.
+
+Every backend answers `chat(messages, schema=, max_tokens=, temperature=, seed=) -> ChatReply`,
+`count_tokens`, `count_message_tokens`, `n_ctx` and `name`. Backends that cannot constrain
+decoding to a JSON schema validate the reply and ask again (`chat_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from vi.core.models.llm import ChatReply
+
+BACKENDS = ("llama.cpp", "transformers", "openai")
+SCHEMA_RETRIES = 2  # further asks after a reply that breaks the schema (unconstrained backends)
+
+
+class ChatBackend(Protocol):
+    name: str
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def count_message_tokens(self, messages: list[dict[str, Any]]) -> int: ...
+
+    def chat(self, messages: list[dict[str, Any]], *, schema: dict[str, Any] | None = None,
+             max_tokens: int = 512, temperature: float = 0.0, seed: int = 0) -> ChatReply: ...
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    backend: str  # one of BACKENDS
+    model: str  # alias/path/hub id (in process) or the server's model name
+    url: str | None = None  # openai only: the API's base URL, like http://127.0.0.1:8000/v1
+
+    @classmethod
+    def parse(cls, text: str) -> LLMSpec:
+        """`REF`, `llama.cpp:REF`, `transformers:REF` or `openai:MODEL@URL`; a bad one is a ValueError."""
+        backend, colon, rest = text.partition(":")
+        if not colon or backend not in BACKENDS:  # a bare reference (a Windows drive never reaches vi)
+            return cls("llama.cpp", text)
+        if not rest:
+            raise ValueError(f"--llm {text!r}: name the model after '{backend}:'")
+        if backend != "openai":
+            return cls(backend, rest)
+        found = re.fullmatch(r"(.+?)@(https?://.+)", rest)  # the first @http: a model name may hold an @
+        model, url = found.groups() if found else ("", "")
+        if not found:
+            raise ValueError(f"--llm {text!r}: a server is named openai:MODEL@URL, like "
+                             "openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1")
+        from urllib.parse import urlsplit
+
+        if urlsplit(url).username or urlsplit(url).password:
+            raise ValueError(f"--llm: the URL {url.split('@')[-1]!r} carries credentials; give the key in "
+                             "VI_LLM_API_KEY (or OPENAI_API_KEY) instead, never on the command line")
+        return cls(backend, model, url.rstrip("/"))
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """How to run the LLM a stage names: everything but the prompt."""
+
+    spec: str
+    n_ctx: int = 4096
+    device: str = "auto"
+    seed: int = 0
+    threads: int | None = None  # llama.cpp's CPU threads (None: up to 8, as many as there are cores)
+    concurrency: int = 1  # requests in flight (server) or the largest batch (transformers)
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.threads}")
+        if self.concurrency < 1:
+            raise ValueError(f"--concurrency must be at least 1, got {self.concurrency}")
+
+
+class UsesLLM:
+    """What a stage's config dataclass gains for its LLM: `llm_settings` and `llm()`, from its
+    fields n_ctx, device, seed, threads, concurrency and the one LLM_FIELD names (the spec)."""
+
+    LLM_FIELD: ClassVar[str] = "model"
+
+    @property
+    def llm_settings(self) -> LLMSettings:
+        return LLMSettings(getattr(self, self.LLM_FIELD), n_ctx=self.n_ctx, device=self.device,
+                           seed=self.seed, threads=self.threads, concurrency=self.concurrency)
+
+    def llm(self) -> ChatBackend:
+        return load_llm(self.llm_settings)
+
+
+def check_llm(settings: LLMSettings) -> LLMSpec:
+    """Fail before any record: a bad spec or --device is a ValueError (exit 2), a missing model or
+    a server that does not answer a SetupError (exit 5). Loads nothing."""
+    spec = LLMSpec.parse(settings.spec)
+    if spec.backend == "llama.cpp":
+        from vi.core.models.llm import gguf_path, llama_gpu_layers
+
+        llama_gpu_layers(settings.device)
+        gguf_path(spec.model)
+    elif spec.backend == "transformers":
+        from vi.core.devices import resolve_placement
+        from vi.core.models.causal_lm import resolve_causal_lm
+
+        resolve_placement(settings.device, "auto", engine="torch")
+        resolve_causal_lm(spec.model)
+    else:
+        from vi.core.models.openai_chat import check_server
+
+        check_server(spec)
+    return spec
+
+
+def load_llm(settings: LLMSettings) -> ChatBackend:
+    """The LLM `settings.spec` names, built on first use and shared by every caller in this process."""
+    spec = LLMSpec.parse(settings.spec)
+    if spec.backend == "llama.cpp":
+        from vi.core.models.llm import load_chat_llm
+
+        return load_chat_llm(spec.model, n_ctx=settings.n_ctx, device=settings.device, seed=settings.seed,
+                             threads=settings.threads)
+    if spec.backend == "transformers":
+        from vi.core.models.hf_chat import load_hf_chat
+
+        return load_hf_chat(spec.model, n_ctx=settings.n_ctx, device=settings.device,
+                            max_batch=settings.concurrency)
+    from vi.core.models.openai_chat import load_openai_chat
+
+    return load_openai_chat(spec, n_ctx=settings.n_ctx, in_flight=settings.concurrency)
+
+
+# --- JSON replies from backends that cannot constrain decoding ---------------------------------
+
+def schema_errors(value: Any, schema: dict[str, Any], where: str = "reply") -> list[str]:
+    """What in `value` breaks `schema`, for the keywords vi's prompts use (type, enum, properties,
+    required, items, minItems/maxItems, minimum/maximum, maxLength): empty when it conforms."""
+    kind = schema.get("type")
+    checks = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if kind in ("integer", "number"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            kind == "number" or float(value).is_integer())
+        if not ok:
+            return [f"{where} is not a{'n integer' if kind == 'integer' else ' number'}"]
+    elif kind in checks and not isinstance(value, checks[kind]):
+        return [f"{where} is not a{'n' if kind[0] in 'ao' else ''} {kind}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{where} is {value!r}, not one of {schema['enum']}"]
+    errors: list[str] = []
+    if isinstance(value, dict):
+        errors += [f"{where} has no {key!r}" for key in schema.get("required", []) if key not in value]
+        for key, sub in schema.get("properties", {}).items():
+            if key in value:
+                errors += schema_errors(value[key], sub, f"{where}.{key}")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
+            errors.append(f"{where} has {len(value)} items")
+        for i, item in enumerate(value):
+            errors += schema_errors(item, schema.get("items", {}), f"{where}[{i}]")
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        errors.append(f"{where} is longer than {schema['maxLength']} characters")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
+            errors.append(f"{where} is {value}, outside [{schema.get('minimum')}, {schema.get('maximum')}]")
+    return errors
+
+
+def reply_errors(text: str, schema: dict[str, Any]) -> list[str]:
+    try:
+        return schema_errors(json.loads(text), schema)
+    except ValueError as exc:
+        return [f"not JSON ({exc})"]
+
+
+def chat_json(ask, messages: list[dict[str, Any]], schema: dict[str, Any], **options) -> ChatReply:
+    """`ask(messages, **options)` until the reply conforms to `schema`, telling the model what was
+    wrong (a changed prompt, so greedy decoding can answer differently). The last reply is returned
+    either way, and one cut off by max_tokens at once: the stage's parser reports it."""
+    reply = ask(messages, **options)
+    for _ in range(SCHEMA_RETRIES):
+        errors = reply_errors(reply.text, schema)
+        if not errors or reply.finish_reason == "length":
+            break
+        messages = [*messages, {"role": "assistant", "content": reply.text},
+                    {"role": "user", "content": "That reply does not match the required JSON schema ("
+                     + "; ".join(errors[:5]) + "). Reply again with only a JSON document matching this "
+                     "schema:\n" + json.dumps(schema)}]
+        reply = ask(messages, **options)
+    return reply
+
+
+def env_number(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number") from None

@@ -1,0 +1,176 @@
+"""vi extract-steps on narration as it comes: the model cites line numbers and the stage
+derives the times (checked without a model), the quality measures, and the default model
+on hand-written transcripts with known steps (tests/showhowto/data/, see
+vi.evaluation.showhowto.extract_quality)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vi.core.models.llm import ChatReply
+from vi.evaluation.showhowto import extract_quality as eq
+from vi.pipelines.showhowto import extract_steps as es
+
+TRANSCRIPTS = {r["id"]: r for r in eq.load_transcripts()}
+
+
+def test_the_transcripts_are_messy_how_to_narration_and_non_instructional_talk():
+    howto = [r for r in TRANSCRIPTS.values() if r["truth"]["instructional"]]
+    assert len(howto) >= 4 and len(TRANSCRIPTS) - len(howto) >= 2
+    assert {r["truth"]["use"] for r in howto} == {"tune", "measure"}
+    for r in howto:
+        segments, truth = r["transcript"]["segments"], r["truth"]
+        assert 60 <= segments[-1]["end"] <= 150 and truth["intro"] and truth["outro"] and truth["other"]
+        assert len(segments) > len(truth["steps"]) + 6  # lines do not map one to one to steps
+        for step in truth["steps"]:
+            a, b = step["lines"]
+            assert (step["start"], step["end"]) == (segments[a]["start"], segments[b]["end"])
+    spans = [s["lines"][1] - s["lines"][0] + 1 for r in howto for s in r["truth"]["steps"]]
+    assert max(spans) == 3  # a step said across three lines
+    assert sum(bool(r["truth"]["aside"]) for r in howto) >= 3  # a phone call, a sponsor, a dog, the door
+
+
+# --- citations to times, without a model ------------------------------------------------------
+
+def test_cited_lines_are_checked_ordered_and_repaired():
+    raw = [
+        {"first_line": 6, "last_line": 4, "text": "Boil water."},  # swapped
+        {"first_line": 1, "last_line": 2, "text": "Chop onions."},  # out of order
+        {"first_line": 9, "last_line": 12, "text": "Serve."},  # past the last line: cut
+        {"first_line": 20, "last_line": 22, "text": "Dance."},  # outside: dropped
+        {"first_line": 3, "last_line": 3, "text": "  "},  # no text: dropped
+        {"first_line": "soon", "last_line": None, "text": "Stir."},  # no line: dropped
+        {"first_line": 7, "text": "Taste."},  # one line cited: both ends
+        {"first_line": 6, "last_line": 7, "text": "boil water."},  # repeat: merged
+        "not a step",
+    ]
+    cited, repairs = es.cited_steps(raw, count=10)
+    assert cited == [(1, 2, "Chop onions."), (4, 7, "Boil water."), (7, 7, "Taste."), (9, 10, "Serve.")]
+    text = " | ".join(repairs)
+    for expected in ("swapped", "cut to the transcript's 1-10", "outside the transcript", "no text",
+                     "cites no line", "used for both ends", "reordered", "merged"):
+        assert expected in text
+
+
+def test_a_citation_one_line_off_moves_to_the_lines_its_words_come_from():
+    """What Qwen2.5-Coder-1.5B did on bike_tyre: the right text, the line before cited."""
+    lines = [s["text"] for s in TRANSCRIPTS["bike_tyre"]["transcript"]["segments"]]
+    cited, repairs = es.cited_steps([
+        {"first_line": 3, "last_line": 3, "text": "Flip the bike over and open the brake quick release."},
+        {"first_line": 11, "last_line": 12,  # a paraphrase of lines 12-13
+         "text": "Sand around the hole, spread glue, let it go tacky, and press the patch on firmly."},
+        {"first_line": 17, "last_line": 17, "text": "Proceed with care."},  # no word in common: kept
+    ], count=len(lines), texts=lines)
+    assert cited == [(4, 4, "Flip the bike over and open the brake quick release."),
+                     (12, 13, "Sand around the hole, spread glue, let it go tacky, and press the patch on firmly."),
+                     (17, 17, "Proceed with care.")]
+    assert repairs[0] == "step 1: cited lines 3-3, moved to 4-4, the lines its words come from"
+    assert len(repairs) == 2
+    # without the lines' text (or when the cited lines match best) nothing moves
+    assert es.cited_steps([{"first_line": 3, "last_line": 3, "text": "Flip the bike."}], count=20)[0] == \
+        [(3, 3, "Flip the bike.")]
+
+
+def test_overlapping_citations_are_cut_so_two_steps_share_at_most_one_line():
+    cited, repairs = es.cited_steps([{"first_line": 1, "last_line": 8, "text": "Do it all."},
+                                     {"first_line": 4, "last_line": 5, "text": "Then this."},
+                                     {"first_line": 5, "last_line": 5, "text": "And that."}], count=8)
+    assert cited == [(1, 4, "Do it all."), (4, 5, "Then this."), (5, 5, "And that.")]
+    assert len(repairs) == 1 and "cut to end at line 4" in repairs[0]
+
+
+def test_times_come_from_the_cited_lines_and_lines_index_the_transcript():
+    record = {"id": "r", "duration": 30.0, "transcript": {"segments": [
+        {"start": 10.0, "end": 14.0, "text": " Then the second thing."},
+        {"start": 0.0, "end": 3.0, "text": "[Music]"},
+        {"start": 3.5, "end": 9.0, "text": " First thing."},
+        {"start": 20.0, "end": 31.0, "text": " Last, past the end of the video."}]}}
+    segments, indices = es.speech_lines(record)
+    assert [s.text for s in segments] == ["First thing.", "Then the second thing.",
+                                          "Last, past the end of the video."]
+    assert indices == [2, 0, 3]  # where each numbered line sits in transcript.segments
+    repairs: list[str] = []
+    items = es.timed_steps([(1, 2, "Do both."), (3, 3, "Finish.")], segments, indices,
+                           duration=30.0, tolerance=2.0, repairs=repairs)
+    assert items == [{"text": "Do both.", "start": 3.5, "end": 14.0, "lines": [2, 0]},
+                     {"text": "Finish.", "start": 20.0, "end": 30.0, "lines": [3, 3]}]
+    assert repairs == ["step 'Finish.': times clamped to the video"]
+
+
+class CitingLLM:
+    """A stand-in LLM that gives one fixed reply, checking what the stage showed it."""
+
+    n_ctx = 4096
+
+    def __init__(self, reply: dict):
+        self.reply, self.messages, self.schema = reply, None, None
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4 + 1
+
+    def count_message_tokens(self, messages) -> int:
+        return sum(self.count_tokens(m["content"]) + 8 for m in messages)
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        self.messages, self.schema = messages, schema
+        return ChatReply(json.dumps(self.reply), 0, 0, "stop")
+
+
+def test_the_stage_shows_numbered_lines_and_turns_citations_into_times(monkeypatch):
+    record = TRANSCRIPTS["bike_tyre"]
+    llm = CitingLLM({"title": "How to Fix a Flat", "steps": [
+        {"first_line": 4, "last_line": 5, "text": "Remove the wheel."},
+        {"first_line": 17, "last_line": 18, "text": "Refit the tyre and the wheel."}]})
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m"))["steps"]
+    shown = llm.messages[-1]["content"]
+    assert "[1] Hey everyone, welcome back to the channel." in shown and "[20] Thanks" in shown
+    assert llm.schema["properties"]["steps"]["maxItems"] == es.MAX_STEPS
+    assert llm.schema["properties"]["steps"]["items"]["properties"]["last_line"]["enum"] == list(range(1, 21))
+    truth = record["truth"]["steps"]
+    assert [(s["start"], s["end"], s["lines"]) for s in steps["items"]] == [
+        (truth[0]["start"], truth[0]["end"], truth[0]["lines"]),
+        (truth[5]["start"], truth[5]["end"], truth[5]["lines"])]
+
+
+def test_a_reply_without_steps_is_a_no_steps_error(monkeypatch):
+    from vi.core.errors import RecordError
+
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: CitingLLM({"title": "x", "steps": []}))
+    with pytest.raises(RecordError) as info:
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m"))
+    assert info.value.kind == "no_steps" and "filter-instructional" in info.value.message
+
+
+# --- the quality measures ------------------------------------------------------------------------
+
+def test_the_truth_scores_perfectly_and_a_step_per_line_fails_the_bar():
+    record = TRANSCRIPTS["bike_tyre"]
+    row = eq.score(record, record["truth"]["steps"])
+    assert row["recall@0.5"] == row["precision@0.5"] == row["inside"] == 1.0 and eq.meets_bar(row)
+    copied = [{"start": s["start"], "end": s["end"], "text": s["text"]}
+              for s in record["transcript"]["segments"]]  # what the old prompt gave
+    row = eq.score(record, copied)
+    assert row["steps"] == 20 and row["intro"] == 2 and row["aside"] == 2 and row["outro"] == 2
+    assert not eq.meets_bar(row)
+
+
+# --- the default model on real-looking narration ------------------------------------------------
+
+@pytest.mark.slow
+def test_the_default_model_gives_steps_on_the_lines_that_state_them():
+    """Qwen2.5-Coder-1.5B on the pancake narration (about 3 minutes on 2 cores): every step starts
+    where a line starts, in order, and 3 in 4 true steps are found at IoU 0.5 (all 8 when measured).
+    (It still writes more steps than an editor would, some of them talk: the issue's bar on step
+    count and asides is measured by vi.evaluation.showhowto.extract_quality, not met yet.)"""
+    record = TRANSCRIPTS["pancakes"]
+    (row,), _ = eq.evaluate("qwen2.5-coder-1.5b", [record], with_cooker=False)
+    assert row["error"] is None
+    items = row["items"]
+    starts = {s["start"] for s in record["transcript"]["segments"]}
+    assert all(s["start"] in starts for s in items)  # times are the cited lines', never typed
+    assert [s["start"] for s in items] == sorted(s["start"] for s in items)
+    assert row["recall@0.5"] >= 0.75, items
+    assert 1 <= row["steps"] <= es.MAX_STEPS
