@@ -63,15 +63,23 @@ def server():
 
 
 def test_a_stage_through_the_server_matches_the_model_in_process(server):
+    """Greedy, same prompt, same weights, same engine: the same reply, word for word, for the
+    server's first request (this test runs first in the module). Later requests reuse the
+    previous prompt's KV-cache prefix on llama-cpp-python's server, which vi in process does
+    not (it resets per record): a different split of the same computation, whose rounding can
+    change a tiny model's greedy reply, so for them only the labels are compared."""
     spec = f"openai:smollm2@{server}"
+    first = RECORDS.splitlines(keepends=True)[0]
+    remote_first = run_vi("filter-instructional", "-q", "--llm", spec, stdin=first, check=True)
     remote = run_vi("filter-instructional", "-q", "--llm", spec, "--concurrency", "2", stdin=RECORDS, check=True)
     local = run_vi("filter-instructional", "-q", "--model", SMOL, "--threads", "1", stdin=RECORDS, check=True)
     remote_out, local_out = jsonl(remote.stdout), jsonl(local.stdout)
     assert [r["instructional"]["model"] for r in remote_out] == [spec, spec]
     assert [r["instructional"]["model"] for r in local_out] == [SMOL, SMOL]
-    # greedy, same prompt, same weights, same engine: the same reply, word for word
-    assert [{k: r["instructional"][k] for k in ("label", "reason")} for r in remote_out] == \
-           [{k: r["instructional"][k] for k in ("label", "reason")} for r in local_out]
+    reply = lambda r: {k: r["instructional"][k] for k in ("label", "reason")}  # noqa: E731
+    assert reply(jsonl(remote_first.stdout)[0]) == reply(local_out[0])
+    assert [r["id"] for r in remote_out] == ["bike", "vlog"]  # two in flight, written in input order
+    assert [r["instructional"]["label"] for r in remote_out] == [r["instructional"]["label"] for r in local_out]
 
 
 def test_pair_qa_and_extract_steps_run_through_the_server(server):
