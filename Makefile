@@ -140,12 +140,16 @@ demo-transcribe: sample
 	@$(BIN)/python -m vi.evaluation.demo.show_transcript $(DEMO)/transcripts.jsonl
 
 # The whole pipeline on a list of videos, SHARDS shards in parallel (each loads its own
-# models); every stage's output is kept under OUT/work, so running it again resumes.
+# models); every stage's output is kept under OUT/work, so running it again resumes. Side by
+# side on one machine, each shard gets its share of the cores (SHARD_THREADS, default cores /
+# SHARDS) for llama.cpp and torch: threads that outnumber the cores wait on each other.
 SHARDS ?= 1
 showhowto-dataset: $(STAMPS)/install
 	@[ -n "$(VIDEOS)" ] || { echo "usage: make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]"; exit 2; }
+	threads=$${SHARD_THREADS:-$$(( $$(nproc) / $(SHARDS) ))}; [ "$$threads" -ge 1 ] || threads=1; \
 	seq 0 $$(( $(SHARDS) - 1 )) | xargs -P $(SHARDS) -I{} \
-	  env VI=$(VI) cli/examples/showhowto_dataset.sh $(VIDEOS) $(OUT) {} $(SHARDS)
+	  env VI=$(VI) LLM_THREADS=$$threads OMP_NUM_THREADS=$$threads \
+	  cli/examples/showhowto_dataset.sh $(VIDEOS) $(OUT) {} $(SHARDS)
 	cat $(OUT)/work/aligned.*-of-$(SHARDS).jsonl > $(OUT)/aligned.jsonl
 	$(VI) export showhowto --out $(OUT)/dataset --index-only
 	@echo "dataset: $(OUT)/dataset (prompts.json + imgseqs*/); records: $(OUT)/aligned.jsonl"

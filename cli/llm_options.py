@@ -28,8 +28,8 @@ LLMOption = Annotated[str, typer.Option("--llm", "--model", help=LLM_HELP, rich_
 LLMOnlyOption = Annotated[str, typer.Option("--llm", help=LLM_HELP, rich_help_panel=LLM_PANEL)]
 ThreadsOption = Annotated[Optional[int], typer.Option(
     "--threads", min=1, rich_help_panel=LLM_PANEL,
-    help="CPU threads of llama.cpp (default: the cores, at most 8). On a busy machine fewer threads than "
-         "cores avoid threads that wait on each other.")]
+    help="CPU threads of llama.cpp (default: the cores this process may use, e.g. a Slurm task's, at most 8). "
+         "On a busy machine fewer threads than cores avoid threads that wait on each other.")]
 ConcurrencyOption = Annotated[int, typer.Option(
     "--concurrency", min=1, rich_help_panel=LLM_PANEL,
     help="Records worked on at once: requests in flight to an openai: server, the largest batch of a "

@@ -7,6 +7,7 @@ runs on CTranslate2 (or a run whose records need no model) should not pay.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
@@ -34,6 +35,16 @@ class Placement:
         if self.dtype == "int8":  # int8 is a CTranslate2 format; torch models stay float
             return torch.float32 if self.kind == "cpu" else torch.float16
         return getattr(torch, self.dtype)
+
+
+def usable_cpus(cap: int = 8) -> int:
+    """The cores this process may run on, at most `cap`: a Slurm task or a container pinned to some
+    cores sees them through its CPU affinity, where os.cpu_count() would give the whole node's."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        count = os.cpu_count() or 1
+    return max(1, min(cap, count))
 
 
 def cuda_device_count(engine: str = "torch") -> int:

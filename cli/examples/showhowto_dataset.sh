@@ -12,8 +12,9 @@
 # OUTDIR/frames/<id>/NN.jpg               the chosen frame of each step
 # OUTDIR/dataset/{prompts.json,imgseqs-<I>-of-<N>/}   ShowHowTo's training layout
 #
-# Models and options come from the environment: ASR_MODEL, LLM_MODEL, CLIP_MODEL, VI (the
-# vi command), VI_STAGE_ARGS (added to every model stage, e.g. "--device cuda:0"; all of them
+# Models and options come from the environment: ASR_MODEL, LLM_MODEL, CLIP_MODEL, LLM_THREADS
+# (llama.cpp's --threads; `make showhowto-dataset` gives each of its SHARDS side-by-side shards
+# its share of the cores, as it does torch's through OMP_NUM_THREADS), VI (the vi command), VI_STAGE_ARGS (added to every model stage, e.g. "--device cuda:0"; all of them
 # take --device, only transcribe and align-frames take --dtype). Without SHARD NSHARDS, a
 # Slurm array task takes its own shard: (TASK_ID - TASK_MIN) / TASK_STEP of TASK_COUNT.
 set -euo pipefail
@@ -27,6 +28,7 @@ tag="$shard-of-$nshards"
 work="$out/work"
 mkdir -p "$work" "$out/frames" "$out/dataset"
 read -r -a extra <<< "${VI_STAGE_ARGS:-}"
+llm_extra=(${LLM_THREADS:+--threads "$LLM_THREADS"})
 
 # Exit code 3 means some records failed: they are in the output with their `errors`, and
 # the next stage passes them through, so the pipeline goes on.
@@ -38,9 +40,9 @@ run "$vi" transcribe -i "$work/probe.$tag.jsonl" -o "$work/transcripts.$tag.json
   --model "${ASR_MODEL:-whisper-tiny.en}" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" filter-instructional -i "$work/transcripts.$tag.jsonl" -o "$work/instructional.$tag.jsonl" \
   --drop --rejects "$work/not_instructional.$tag.jsonl" \
-  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${extra[@]+"${extra[@]}"}
+  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${llm_extra[@]+"${llm_extra[@]}"} ${extra[@]+"${extra[@]}"}
 run "$vi" extract-steps -i "$work/instructional.$tag.jsonl" -o "$work/steps.$tag.jsonl" \
-  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${extra[@]+"${extra[@]}"}
+  --model "${LLM_MODEL:-qwen2.5-coder-1.5b}" "${common[@]}" ${llm_extra[@]+"${llm_extra[@]}"} ${extra[@]+"${extra[@]}"}
 run "$vi" align-frames -i "$work/steps.$tag.jsonl" -o "$work/aligned.$tag.jsonl" \
   --model "${CLIP_MODEL:-auto}" --frames-dir "$out/frames" "${common[@]}" ${extra[@]+"${extra[@]}"}
 run "$vi" export showhowto -i "$work/aligned.$tag.jsonl" --out "$out/dataset" \

@@ -78,7 +78,7 @@ class LLMSettings:
     n_ctx: int = 4096
     device: str = "auto"
     seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads (None: up to 8, as many as there are cores)
+    threads: int | None = None  # llama.cpp's CPU threads (None: usable_cpus(), the cores this process may use, at most 8)
     concurrency: int = 1  # requests in flight (server) or the largest batch (transformers)
 
     def __post_init__(self) -> None:

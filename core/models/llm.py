@@ -10,7 +10,6 @@ the text a prefix of a valid document; only a reply cut off by `max_tokens` can 
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from vi.core.devices import usable_cpus
 from vi.core.errors import ModelNotAvailable, RecordError, SetupError
 from vi.core.models.cache import load_once
 from vi.core.models.resolve import resolve_model
@@ -147,7 +147,7 @@ def load_chat_llm(ref: str, *, n_ctx: int = 4096, device: str = "auto", seed: in
     gpu_layers = llama_gpu_layers(device)
     gpu_index = int(device.split(":")[1]) if ":" in device else None
     path = gguf_path(ref)
-    threads = threads or min(8, os.cpu_count() or 1)
+    threads = threads or usable_cpus()
     key = ("llama.cpp", str(path), n_ctx, gpu_layers, gpu_index, seed, threads)
     return load_once(key, lambda: ChatLLM(path, n_ctx, gpu_layers, seed, threads, gpu_index))
 

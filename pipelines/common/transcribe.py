@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vi.core import media
-from vi.core.devices import Placement, resolve_placement
+from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.models import get_spec, load_once, resolve_model
 from vi.core.progress import log
@@ -51,7 +51,7 @@ class TranscribeConfig:
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    threads: int = field(default_factory=lambda: min(8, os.cpu_count() or 1))
+    threads: int = field(default_factory=usable_cpus)
     # Derived from the options above (so not part of equality or of the model cache key).
     placement: Placement = field(init=False, compare=False)
     align_path: str | None = field(init=False, compare=False)  # a named aligner, resolved

@@ -14,13 +14,12 @@ image (`image`: a still clip, StepDiff's image-caption pretraining); `video` win
 from __future__ import annotations
 
 import functools
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vi.core import media
-from vi.core.devices import Placement, resolve_placement
+from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
 from vi.core.records import finite_number
@@ -28,7 +27,7 @@ from vi.pipelines.stepdiff import video_encoder as ve
 from vi.pipelines.stepdiff.describe import clip_span
 
 STAGE = "encode-videos"
-DECODE_THREADS = min(8, os.cpu_count() or 1)
+DECODE_THREADS = usable_cpus()
 PROBE_CACHE = 4096  # videos whose size and length are remembered: clips of one video arrive together
 
 
