@@ -11,7 +11,7 @@ OUT ?= out
 PYTEST_ARGS ?=
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
-	stepdiff-baselines stepdiff-model test test-fast bench wheel-check clean help
+	stepdiff-baselines stepdiff-model progresscaptioner-demo test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
@@ -19,6 +19,7 @@ help:
 	@echo "make stepdiff-demo   StepDiff's clips | describe | pair | pair-qa on two sample fruit salads"
 	@echo "make stepdiff-baselines   then vi predict (Socratic) + vi eval on a benchmark of those clips"
 	@echo "make stepdiff-model   then vi encode-videos | vi train stepdiff, vi ask, vi predict + vi eval"
+	@echo "make progresscaptioner-demo   vi frames | caption-frames | judge progression | judge match, eval framecap, keyframes"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -134,6 +135,28 @@ stepdiff-model: stepdiff-demo
 	  $(VI) eval $$task --gt $(STEPDIFF)/bench/$$task.jsonl --pred $(STEPDIFF)/bench/stepdiff_$$task.jsonl \
 	    > $(STEPDIFF)/bench/stepdiff_$$task.scores.json; \
 	done
+
+# ProgressCaptioner on samples whose progression is known (evaluation/progresscaptioner/samples.py:
+# real photos, each stage held 2-3 s with small jitter so that same-stage frames are not identical):
+# 1. image sequences of 2-6 frames, as FrameCapEval's: captioned (a VLM when one is cached, else the
+#    offline captioner from the embedded models, which says so), judged by the LLM with FrameCapEval's
+#    prompt, caption-matched, and scored against the known labels;
+# 2. the clip at 1 FPS: keyframes by progress (captions of each 2-frame window, the LLM judge).
+PROGRESS := $(OUT)/progress
+PROGRESS_LLM ?= smollm2-135m
+progresscaptioner-demo: $(STAMPS)/install
+	$(BIN)/python -m vi.evaluation.progresscaptioner.samples $(PROGRESS)/sample
+	@echo "== vi caption-frames | vi judge progression --prompt eval | vi judge match, then vi eval framecap"
+	$(VI) caption-frames -i $(PROGRESS)/sample/sequences.jsonl -q \
+	  | $(VI) judge progression --prompt eval --llm $(PROGRESS_LLM) -q \
+	  | $(VI) judge match -q --output $(PROGRESS)/judged.jsonl --overwrite
+	$(VI) eval framecap --pred $(PROGRESS)/judged.jsonl --labels $(PROGRESS)/sample/sequences_labels.jsonl \
+	  > $(PROGRESS)/framecap.json
+	@echo "== vi frames | vi keyframes --method progress on the clip"
+	$(VI) frames -i $(PROGRESS)/sample/progress_record.jsonl --frames-dir $(PROGRESS)/frames -q \
+	  | $(VI) keyframes --method progress --llm $(PROGRESS_LLM) -q --output $(PROGRESS)/keyframes.jsonl --overwrite
+	@$(BIN)/python -c "import json; r = json.loads(open('$(PROGRESS)/keyframes.jsonl').readline()); \
+	  print('keyframes at', [k['time'] for k in r.get('keyframes', [])], 'of', len(r.get('frames', [])), 'frames')"
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

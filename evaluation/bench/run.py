@@ -18,6 +18,9 @@ One run (about 8 minutes on 2 CPU cores) measures:
 - LLM backends: filter-instructional through a local llama.cpp server with 1, 4 and 8
   requests in flight vs in process; on a GPU, transformers batched vs one at a time
   (`bench_llm_server`).
+- caption-frames (ProgressCaptioner): sequences per second, 8 per generate call vs one per call
+  as the official inference script does, on a tiny random Qwen2-VL (on the GPU when there is
+  one), and whether both give the same greedy replies (`caption_bench`).
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -48,6 +51,8 @@ from vi.evaluation.bench.align import bench_align_frames
 from vi.evaluation.bench.llm import bench_extract_steps, extract_steps_rows
 from vi.evaluation.bench.llm_server import bench_llm_server, llm_server_rows
 from vi.evaluation.bench.stepdiff import bench_stepdiff
+from vi.core.devices import best_device
+from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, caption_bench_rows
 from vi.evaluation.bench.tools import (
     Row,
     Sample,
@@ -360,6 +365,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
                      "llm_server"):
             results["llm_server"] = bench_llm_server()
+        with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
+                     "caption_frames"):
+            results["caption_frames"] = bench_caption_frames("qwen2_vl", device=best_device())
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -371,7 +379,7 @@ def all_rows(results: dict) -> list[Row]:
             + [Row(**row) for row in results["align_frames"]]
             + extract_steps_rows(results["extract_steps"])
             + [Row(**row) for row in results["stepdiff"]]
-            + llm_server_rows(results["llm_server"]))
+            + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:

@@ -1,0 +1,155 @@
+"""`vi judge progression`'s judges on ProgressCaptioner-7B's own captions of the FrameCapEval sequences.
+
+    python -m vi.evaluation.progresscaptioner.judge_quality [--llm smollm2-135m] [--llm qwen2.5-coder-1.5b]
+        [--prompt pseudo] [--prompt eval] [--limit N] [--seed 0] [--threads N] [--answers FILE] [--json]
+
+The 141 sequences shipped with the release (../shared/data/progcaptioner/output/{coin,htc}_valhs_seq.json:
+84 COIN, 57 HowToChange, 3 to 6 frames) carry the model's reply `response0`; each is parsed with
+`frame_replies.parse_frame_replies`, and every adjacent pair whose two captions are present is judged
+by each LLM with each prompt through `judge_progression.judge_pair` (the stage's own function: the
+constrained {"answer": A|B|C} reply, the eval prompt with the sequence's `action_label`).
+
+Printed: the parse (sequences, clean replies, repairs, frames missing), the pairs, the answer
+distribution per LLM and prompt (with the seconds per pair), and per prompt the agreement between each
+two LLMs on the same pairs: raw agreement of the letters and Cohen's kappa (scikit-learn), which
+discounts the agreement two judges with those answer distributions would reach by chance. There are no
+ground-truth labels in the release, so this measures consistency, not accuracy. --limit N judges a
+seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead of all 141.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+from itertools import combinations
+from pathlib import Path
+
+from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "progcaptioner" / "output"
+SOURCES = {"coin": "COIN", "htc": "HTC"}
+
+
+def load_sequences(folder: Path = DATA) -> list[dict]:
+    """[{id, source, action, texts: [caption | None], repairs, missing}] from both release files."""
+    out = []
+    for stem, source in SOURCES.items():
+        for entry in json.loads((folder / f"{stem}_valhs_seq.json").read_text(encoding="utf-8")):
+            parsed = parse_frame_replies(entry["response0"], int(entry["n_frames"]))
+            out.append({"id": f"{source}/{entry['idx']}", "source": source, "action": entry["action_label"],
+                        "texts": parsed.texts, "repairs": parsed.repairs, "missing": parsed.missing})
+    return out
+
+
+def adjacent_pairs(sequences: list[dict]) -> list[dict]:
+    return [{"id": s["id"], "source": s["source"], "action": s["action"], "frames": [i, i + 1],
+             "desc1": s["texts"][i], "desc2": s["texts"][i + 1]}
+            for s in sequences for i in range(len(s["texts"]) - 1)
+            if s["texts"][i] is not None and s["texts"][i + 1] is not None]
+
+
+def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: int | None, seed: int
+              ) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], float]]:
+    """Letters per (llm, prompt), in pair order, and the seconds per pair each took."""
+    from vi.core.models.chat import LLMSettings, load_llm
+    from vi.core.seeding import record_seed
+    from vi.pipelines.progresscaptioner.judge_progression import judge_pair
+
+    letters, seconds = {}, {}
+    for ref in llms:
+        llm = load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
+        for prompt in prompts:
+            start, got = time.perf_counter(), []
+            for k, pair in enumerate(pairs):
+                got.append(judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
+                                      seed=record_seed(seed, pair["id"]) % 2**32))
+                if (k + 1) % 50 == 0:
+                    print(f"  {ref} {prompt}: {k + 1}/{len(pairs)} pairs, "
+                          f"{(time.perf_counter() - start) / (k + 1):.2f} s/pair", file=sys.stderr)
+            letters[ref, prompt] = got
+            seconds[ref, prompt] = (time.perf_counter() - start) / max(1, len(pairs))
+    return letters, seconds
+
+
+def agreement(a: list[str], b: list[str]) -> dict:
+    from sklearn.metrics import cohen_kappa_score
+
+    raw = sum(x == y for x, y in zip(a, b)) / len(a) if a else None
+    # kappa is undefined (nan) when both judges give one same letter throughout: report null then
+    kappa = float(cohen_kappa_score(a, b, labels=["A", "B", "C"])) if a else None
+    return {"raw": round(raw, 4) if raw is not None else None,
+            "kappa": round(kappa, 4) if kappa is not None and kappa == kappa else None}
+
+
+def report(sequences: list[dict], pairs: list[dict], letters: dict, seconds: dict, llms: list[str],
+           prompts: list[str]) -> dict:
+    parse = {"sequences": len(sequences), "clean": sum(not s["repairs"] and not s["missing"] for s in sequences),
+             "with_repairs": sum(bool(s["repairs"]) for s in sequences),
+             "frames_missing": sum(len(s["missing"]) for s in sequences),
+             "frames": sum(len(s["texts"]) for s in sequences)}
+    distribution = {f"{ref} {prompt}": {"counts": {x: Counter(got)[x] for x in "ABC"},
+                                        "seconds_per_pair": round(seconds[ref, prompt], 3)}
+                    for (ref, prompt), got in letters.items()}
+    agree = {prompt: {f"{a} vs {b}": agreement(letters[a, prompt], letters[b, prompt])
+                      for a, b in combinations(llms, 2)} for prompt in prompts}
+    by_source = Counter(p["source"] for p in pairs)
+    return {"parse": parse, "pairs": len(pairs), "pairs_by_source": dict(by_source),
+            "distribution": distribution, "agreement": agree}
+
+
+def print_tables(result: dict) -> None:
+    p = result["parse"]
+    print(f"parsed {p['sequences']} replies: {p['clean']} clean, {p['with_repairs']} repaired, "
+          f"{p['frames_missing']} of {p['frames']} frames missing; {result['pairs']} adjacent pairs "
+          f"{result['pairs_by_source']}", file=sys.stderr)
+    print(f"{'judge, prompt':<34} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}", file=sys.stderr)
+    for name, row in result["distribution"].items():
+        c = row["counts"]
+        print(f"{name:<34} {c['A']:>5} {c['B']:>5} {c['C']:>5} {row['seconds_per_pair']:>7.2f}", file=sys.stderr)
+    for prompt, rows in result["agreement"].items():
+        for name, row in rows.items():
+            print(f"{prompt}: {name}: raw agreement {row['raw']}, Cohen's kappa {row['kappa']}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--llm", action="append", help="a judge (repeat); default smollm2-135m and "
+                        "qwen2.5-coder-1.5b")
+    parser.add_argument("--prompt", action="append", choices=("pseudo", "eval"), help="default both")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--limit", type=int, default=None, help="judge a seeded sample of N sequences")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp CPU threads")
+    parser.add_argument("--answers", type=Path, help="also write every pair's letters here (JSONL)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # llama.cpp's idle OpenMP threads spin otherwise
+    if not args.data.is_dir():
+        print(f"{args.data} is absent: the release's FrameCapEval outputs live in ../shared", file=sys.stderr)
+        return 2
+    llms, prompts = args.llm or ["smollm2-135m", "qwen2.5-coder-1.5b"], args.prompt or ["pseudo", "eval"]
+    sequences = load_sequences(args.data)
+    chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
+    pairs = adjacent_pairs(chosen)
+    letters, seconds = judge_all(pairs, llms, prompts, args.threads, args.seed)
+    result = report(sequences if args.limit is None else chosen, pairs, letters, seconds, llms, prompts)
+    result["limit"] = args.limit
+    if args.answers:
+        with args.answers.open("w", encoding="utf-8") as out:
+            for k, pair in enumerate(pairs):
+                row = {"id": pair["id"], "frames": pair["frames"],
+                       "answers": {f"{r} {p}": got[k] for (r, p), got in letters.items()}}
+                out.write(json.dumps(row) + "\n")
+    print_tables(result)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

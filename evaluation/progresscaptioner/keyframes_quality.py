@@ -1,0 +1,223 @@
+"""What `vi keyframes` keeps, on real captions and on sample sequences whose stages are known.
+
+    python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
+    python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
+        [--captioner offline] [--draws 200] [--threads N] [--json FILE]
+
+real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
+*.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
+frames, so keyframes come from the captions alone (`keyframes_method.captions` = "sequence": adjacent captions
+of one full-sequence reply, not of 2-frame windows). For --show sequences (spread over both sources, seeded) it
+prints every caption and, per embedded LLM, the judge's letter on each adjacent pair and the frames kept, for a
+person to judge; and the letter distribution over those sequences.
+
+samples: `samples.make_progress_sequences` (2-6 frames, each a jittered photo of its stage; adjacent frames of
+one stage are the no-progression pairs), the "measure" split only. Frames are captioned by vi caption-frames'
+library (--captioner, window 2 with both captions kept, the paper's windows), then per method:
+- progress (per judge LLM), uniform (per judge: as many frames as that judge's progress run kept on the
+  record, the stage's own default), kmeans (efficientnet-lite0 features, K by silhouette; its own count);
+- change precision / recall: a kept frame t > 0 predicts "a new stage starts at t"; the truth is every t
+  whose stage differs from t-1's (pooled over sequences). Frame 0 is kept by progress and uniform alike and
+  scored by neither;
+- stage coverage: the share of a sequence's stages with a kept frame (mean over sequences); redundancy: the
+  share of kept frames showing a stage an earlier kept frame already shows;
+- chance: the same number of frames per sequence drawn at random (frame 0 kept when the method keeps it),
+  --draws draws seeded, averaged.
+Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
+call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from vi.core.models.chat import LLMSettings, load_llm
+from vi.pipelines.progresscaptioner import keyframes as kf
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASE = REPO.parent / "shared" / "data" / "progcaptioner" / "output"
+DEFAULT_MODELS = "smollm2-135m,qwen2.5-coder-1.5b"
+RELEASE_MODEL = "ProgressCaptioner-7B (release response0)"
+
+
+def release_records() -> list[dict]:
+    """The release's sequences as vi records: id <source>/<idx>, captions parsed from response0."""
+    from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+
+    records = []
+    for path, source in ((RELEASE / "htc_valhs_seq.json", "HTC"), (RELEASE / "coin_valhs_seq.json", "COIN")):
+        if not path.exists():
+            raise SystemExit(f"{path} is absent: the shared material lives beside the repository")
+        for entry in json.loads(path.read_text()):
+            parsed = parse_frame_replies(entry["response0"], entry["n_frames"])
+            items = [{"frame": i, "text": t} for i, t in enumerate(parsed.texts) if t]
+            records.append({"id": f"{source}/{entry['idx']}", "source": source, "action": entry["action_label"],
+                            "captions": {"model": RELEASE_MODEL, "kind": "release", "window": "full", "items": items,
+                                         "repairs": parsed.repairs}})
+    return records
+
+
+def judge_config(model: str, threads: int | None, **extra) -> tuple[kf.KeyframesConfig, object]:
+    config = kf.KeyframesConfig(model=model, threads=threads, **extra)
+    return config, load_llm(LLMSettings(model, n_ctx=config.n_ctx, threads=threads))
+
+
+def run_real(args, console: Console) -> dict:
+    records = release_records()
+    rng = random.Random(args.seed)
+    by_source = {s: [r for r in records if r["source"] == s] for s in ("HTC", "COIN")}
+    shown = sorted(rng.sample(by_source["HTC"], args.show // 2) + rng.sample(by_source["COIN"], args.show - args.show // 2),
+                   key=lambda r: r["id"])
+    results: dict[str, dict[str, dict]] = {}
+    for model in args.models:
+        config, llm = judge_config(model, args.threads)
+        results[model] = {}
+        for record in shown:
+            start = time.time()
+            results[model][record["id"]] = {**kf.keyframes(record, config, llm), "seconds": time.time() - start}
+    for record in shown:
+        console.rule(f"{record['id']}  action: {escape(record['action'])}")
+        for item in record["captions"]["items"]:
+            console.print(f"[bold]<Frame {item['frame'] + 1}>[/bold] {escape(item['text'])}", highlight=False)
+        for model in args.models:
+            out = results[model][record["id"]]
+            letters = " ".join(f"{t}-{t + 1}:{a}" for t, a in enumerate(out["keyframes_method"]["answers"]))
+            kept = [k["index"] + 1 for k in out["keyframes"]]
+            console.print(f"  [cyan]{model}[/cyan] pairs {letters} -> keeps frames {kept}", highlight=False)
+    table = Table(title=f"Judge letters on the {len(shown)} shown sequences' adjacent pairs (eval prompt)")
+    for column in ("LLM", "pairs", "A (progress)", "B (none)", "C (uncertain)", "kept / frames", "s per call"):
+        table.add_column(column, justify="right")
+    summary = {}
+    for model in args.models:
+        letters = Counter(a for out in results[model].values() for a in out["keyframes_method"]["answers"])
+        pairs = sum(letters.values())
+        kept = sum(len(out["keyframes"]) for out in results[model].values())
+        frames = sum(len(r["captions"]["items"]) for r in shown)
+        seconds = sum(out["seconds"] for out in results[model].values()) / max(pairs, 1)
+        summary[model] = {"pairs": pairs, **{k: letters.get(k, 0) for k in "ABC"}, "kept": kept, "frames": frames}
+        table.add_row(model, str(pairs), *(str(letters.get(k, 0)) for k in "ABC"), f"{kept} / {frames}",
+                      f"{seconds:.1f}")
+    console.print(table)
+    return {"shown": [r["id"] for r in shown], "summary": summary,
+            "keyframes": {m: {rid: [k["index"] for k in out["keyframes"]] for rid, out in res.items()}
+                          for m, res in results.items()}}
+
+
+# --- samples: keyframes against the known stages -------------------------------------------------------
+
+def scores(kept: list[list[int]], stages: list[list[int]]) -> dict:
+    hit = predicted = true = 0
+    coverage, kept_total, repeats = [], 0, 0
+    for frames, plan in zip(kept, stages):
+        changes = {t for t in range(1, len(plan)) if plan[t] != plan[t - 1]}
+        guessed = {t for t in frames if t > 0}
+        hit, predicted, true = hit + len(guessed & changes), predicted + len(guessed), true + len(changes)
+        shown = [plan[t] for t in sorted(frames)]
+        coverage.append(len(set(shown)) / (plan[-1] + 1))
+        kept_total, repeats = kept_total + len(shown), repeats + len(shown) - len(set(shown))
+    return {"precision": hit / predicted if predicted else None, "recall": hit / true if true else None,
+            "coverage": sum(coverage) / len(coverage), "redundancy": repeats / kept_total if kept_total else None,
+            "kept": kept_total}
+
+
+def chance(kept: list[list[int]], stages: list[list[int]], draws: int, seed: int) -> dict:
+    """The mean of `scores` over random keyframe sets of the same sizes (frame 0 where the method kept it)."""
+    rng = random.Random(f"keyframes-chance:{seed}")
+    totals: dict[str, list[float]] = {}
+    for _ in range(draws):
+        drawn = []
+        for frames, plan in zip(kept, stages):
+            fixed = [0] if 0 in frames else []
+            others = [t for t in range(len(plan)) if t not in fixed]
+            drawn.append(fixed + rng.sample(others, len(frames) - len(fixed)))
+        for key, value in scores(drawn, stages).items():
+            if value is not None:
+                totals.setdefault(key, []).append(value)
+    return {key: sum(values) / len(values) for key, values in totals.items()}
+
+
+def run_samples(args, console: Console) -> dict:
+    from vi.evaluation.progresscaptioner.samples import make_progress_sequences
+    from vi.pipelines.progresscaptioner.caption_frames import caption_batch
+
+    out_dir = Path(args.out or tempfile.mkdtemp(prefix="vi-keyframes-quality-"))
+    paths = make_progress_sequences(out_dir, args.n, args.seed)
+    truth = {t["id"]: t for t in map(json.loads, paths["labels"].read_text().splitlines())}
+    records = [r for r in map(json.loads, paths["sequences"].read_text().splitlines()) if r["split"] == "measure"]
+    start = time.time()
+    captioner = kf.pair_captioner(args.captioner, device="cpu", seed=args.seed)
+    made = caption_batch(records, captioner)
+    failed = [(r["id"], m) for r, m in zip(records, made) if isinstance(m, Exception)]
+    records = [{**r, **m} for r, m in zip(records, made) if not isinstance(m, Exception)]
+    console.print(f"captioned {len(records)} measure sequences with {captioner.model} in {time.time() - start:.0f}s"
+                  + (f"; failed: {failed}" if failed else ""), highlight=False)
+    stages = [truth[r["id"]]["stages"] for r in records]
+    rows: dict[str, dict] = {}
+
+    def add(name: str, kept: list[list[int]], **extra) -> None:
+        rows[name] = {**scores(kept, stages), "chance": chance(kept, stages, args.draws, args.seed), **extra}
+
+    for model in args.models:
+        config, llm = judge_config(model, args.threads)
+        start = time.time()
+        outs = [kf.keyframes(r, config, llm) for r in records]
+        letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
+        kept = [[k["index"] for k in o["keyframes"]] for o in outs]
+        add(f"progress ({model})", kept, letters=dict(letters), seconds=round(time.time() - start, 1))
+        add(f"uniform (count of {model})",
+            [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)])
+    kmeans = kf.KeyframesConfig(method="kmeans", image_model="efficientnet-lite0", device="cpu", seed=args.seed)
+    add("kmeans (efficientnet-lite0)", [[k["index"] for k in kf.keyframes(r, kmeans)["keyframes"]] for r in records])
+    add("all frames", [list(range(len(plan))) for plan in stages])
+
+    table = Table(title=f"Keyframes vs the true stages: {len(records)} sample sequences, "
+                        f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages")
+    for column in ("method", "kept", "change P", "chance", "change R", "chance", "coverage", "chance",
+                   "redundancy", "chance"):
+        table.add_column(column, justify="right")
+
+    def cell(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    for name, row in rows.items():
+        table.add_row(escape(name), str(row["kept"]),
+                      *(cell(v) for key in ("precision", "recall", "coverage", "redundancy")
+                        for v in (row[key], row["chance"].get(key))))
+    console.print(table)
+    for name, row in rows.items():
+        if "letters" in row:
+            console.print(f"{name}: letters {row['letters']}, {row['seconds']}s", highlight=False)
+    return {"sequences": len(records), "captioner": captioner.model, "rows": rows, "out": str(out_dir)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("real", "samples"))
+    parser.add_argument("--models", default=DEFAULT_MODELS)
+    parser.add_argument("--show", type=int, default=10)
+    parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
+    parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")
+    parser.add_argument("--captioner", default="offline")
+    parser.add_argument("--draws", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    args.models = [m for m in args.models.split(",") if m]
+    console = Console(width=150)
+    result = run_real(args, console) if args.what == "real" else run_samples(args, console)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""`vi caption-frames`: one caption per frame of a sequence, progress-aware (ProgressCaptioner, CVPR 2025).
+
+A record's `frames` ([{time, path}], from vi frames) are captioned in windows (`--window`):
+- `full`: the whole sequence in one request, 2 to `max_frames` (6) frames. ProgressCaptioner is trained on 2
+  to 6 and degrades beyond, so a longer sequence is refused with an error record that says to use --window N
+  (or vi frames --select window|kmeans) rather than windowed silently: how to window is the user's choice,
+  and `full` then means what it says. A single frame is refused too (`--window 1` captions single images).
+- `N`: N-frame sliding windows, stride 1. Frame t's caption comes from the window that ends at t (with 2:
+  (v_{t-1}, v_t)); frames before the first window's end take the first window's (with 2: frame 0 from
+  (v0, v1)). `--keep-both` also keeps the captions of every other window holding the frame (with 2, the one
+  from (v_t, v_{t+1})). Items of windowed runs say which frames the window held (`from`); a frame's first
+  item is its caption, any further ones come from the other windows.
+- `1`: every frame alone, the image-captioning baseline.
+The prompt is the release's (`progress_caption`, or `progress_caption_no_action` without an `action`), with
+the window's frame count; the model's `<Frame i>:` reply is parsed by `frame_replies` (its repairs are
+written to `repairs`). A reply that lacks a frame's caption is asked again once, sampled (temperature 0.7,
+another seed: greedy decoding would repeat itself); if that reply lacks one too, the record is an error
+naming the window and the frames, with both raw replies.
+
+Backends (`--vlm`): a transformers VLM folder or cached hub id (T images through its chat template, greedy,
+`batch_size` requests per generate call, left-padded; see core/models/vlm_batch.py), `openai:MODEL@URL`
+(images as base64 data URLs, `concurrency` requests in flight), or `offline` (offline_captioner.py; no
+prompt). `auto`: the first cached VLM of vlm.KNOWN_VLMS, else offline.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from vi.core.devices import Placement, resolve_placement
+from vi.core.errors import RecordError
+from vi.core.models import vision, vlm
+from vi.core.models.chat import LLMSpec
+from vi.core.progress import log
+from vi.core.seeding import record_seed
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt, parse_prompt
+from vi.pipelines.progresscaptioner import offline_captioner as oc
+from vi.pipelines.progresscaptioner.caption_windows import Window, assign, frame_paths, load_frames, plan_windows
+from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+
+STAGE = "caption-frames"
+AUTO, OFFLINE = "auto", "offline"
+MAX_FULL_FRAMES = 6
+RETRY_TEMPERATURE = 0.7
+RAW_SHOWN = 1500  # characters of each raw reply kept in an error message
+RESERVED = ("id", "frames", "action", "errors", "source", "parent", "frame_select")
+
+
+@dataclass(frozen=True)
+class CaptionConfig:
+    """The options of `vi caption-frames`, checked when built (a bad one: exit 2; a missing model: exit 5)."""
+
+    vlm: str = AUTO
+    window: str = "full"
+    keep_both: bool = False
+    into: str = "captions"
+    prompt: Path | None = None
+    max_new_tokens: int = 768  # the longest of the 141 real 6-frame replies is 2387 characters, ~550 tokens
+    batch_size: int = 4
+    max_frames: int = MAX_FULL_FRAMES
+    top_k: int = oc.TOP_K
+    change_threshold: float = oc.CHANGE_THRESHOLD
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+    concurrency: int = 1
+    backend: str = field(init=False)  # vlm | openai | offline
+    size: int | None = field(init=False)  # the window's frame count; None = full
+    vlm_files: vlm.HFModelFiles | None = field(init=False, compare=False)
+    spec: LLMSpec | None = field(init=False, compare=False)
+    placement: Placement | None = field(init=False, compare=False)
+    templates: dict[bool, ChatPrompt] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z_][\w.-]*", self.into) or self.into in RESERVED:
+            raise ValueError(f"--into {self.into!r}: give a new field name (letters, digits, _), not one of "
+                             f"{', '.join(RESERVED)}")
+        size = None if self.window == "full" else int(self.window) if self.window.isdigit() else 0
+        if size == 0 or (size or 0) > 64:
+            raise ValueError(f"--window {self.window!r}: give full, or a window of 1 to 64 frames (2 to 6 is "
+                             "what ProgressCaptioner is trained on)")
+        if self.max_frames < 2 or self.max_new_tokens < 1 or self.batch_size < 1 or self.top_k < 1:
+            raise ValueError("--max-frames must be at least 2, --max-new-tokens, --batch-size and --top-k at "
+                             "least 1")
+        if self.keep_both and (size or 0) < 2:
+            raise ValueError("--keep-both keeps the captions of overlapping windows: give --window 2 (or more)")
+        backend, files, spec = _choose(self.vlm)
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # a frozen dataclass: set once, here
+        set_("size", size), set_("backend", backend), set_("vlm_files", files), set_("spec", spec)
+        set_("placement", None if backend == "openai" else resolve_placement(self.device, self.dtype, engine="torch"))
+        set_("templates", {} if backend == OFFLINE else _templates(self.prompt))
+        if backend == OFFLINE:
+            vision.locate_imagenet_classifier()  # a missing classifier stops the stage now
+            if self.prompt is not None:
+                log.info("caption-frames: the offline captioner uses no prompt; --prompt is ignored")
+        elif backend == "openai":
+            from vi.core.models.openai_chat import check_server
+
+            check_server(spec)
+
+    @property
+    def kind(self) -> str:
+        return {"vlm": "vlm", "openai": "openai", OFFLINE: oc.KIND}[self.backend]
+
+    @property
+    def model(self) -> str:
+        if self.backend == "vlm":
+            return self.vlm_files.label
+        if self.backend == "openai":
+            return f"{self.spec.model}@{self.spec.url}"
+        return oc.model_name(self.top_k, self.change_threshold)
+
+
+def _choose(ref: str) -> tuple[str, vlm.HFModelFiles | None, LLMSpec | None]:
+    if ref == OFFLINE:
+        return OFFLINE, None, None
+    if ref.startswith("openai:"):
+        return "openai", None, LLMSpec.parse(ref)
+    if ref != AUTO:
+        return "vlm", vlm.locate_vlm(ref.removeprefix("transformers:")), None
+    found = vlm.cached_vlm()
+    if found is None:
+        log.info("caption-frames: --vlm auto found no vision-language model in the local hub cache, so the "
+                 "captions come from the offline captioner (EfficientNet-Lite0's ImageNet labels and view "
+                 "changes; kind %r), not from a VLM. `hf download %s` on a connected machine, then --vlm auto "
+                 "uses it; --vlm offline silences this", oc.KIND, vlm.KNOWN_VLMS[0])
+        return OFFLINE, None, None
+    log.info("caption-frames: --vlm auto uses %s from the local hub cache", found.label)
+    return "vlm", found, None
+
+
+def _templates(override: Path | None) -> dict[bool, ChatPrompt]:
+    """{has an action: its prompt}. A --prompt file serves both, and may leave out ${action}/${n_frames}."""
+    if override is None:
+        return {True: load_prompt("progress_caption", None, ("n_frames", "action", "frame_lines")),
+                False: load_prompt("progress_caption_no_action", None, ("n_frames", "frame_lines"))}
+    used = parse_prompt(Path(override).read_text(encoding="utf-8"), str(override)).placeholders()
+    prompt = load_prompt("", override, ("frame_lines",) + tuple(n for n in ("n_frames", "action") if n in used))
+    return {True: prompt, False: prompt}
+
+
+# --- a record's prompt -----------------------------------------------------------------------
+
+def action_of(record: dict) -> str | None:
+    for name in ("action", "action_label"):
+        value = record.get(name)
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())
+    return None
+
+
+def messages_for(config: CaptionConfig, action: str | None, count: int) -> list[dict]:
+    lines = "\n".join(f"<Frame {i}>: Your description" for i in range(1, count + 1))
+    values = {"n_frames": str(count), "frame_lines": lines}
+    if action is not None:
+        values["action"] = action
+    template = config.templates[action is not None]
+    if "action" in template.placeholders() and action is None:
+        raise RecordError("missing_field", f"--prompt {template.source} uses ${{action}} but the record has no "
+                          "'action'")
+    return template.render(**{k: v for k, v in values.items() if k in template.placeholders()})
+
+
+def prompt_name(config: CaptionConfig, has_action: bool) -> str | None:
+    if config.backend == OFFLINE:
+        return None
+    if config.prompt is not None:
+        return str(config.prompt)
+    return "progress_caption" if has_action else "progress_caption_no_action"
+
+
+@dataclass
+class Job:
+    """One record on its way: its windows, and each window's parsed captions once asked."""
+
+    record: dict
+    frames: list[np.ndarray]
+    windows: list[Window]
+    action: str | None
+    messages: list[list[dict]] = field(default_factory=list)  # per window: the prompt's turns (not offline)
+    texts: dict[int, list[str]] = field(default_factory=dict)  # window index -> captions
+    repairs: list[str] = field(default_factory=list)
+
+
+def prepare(record: dict, config: CaptionConfig) -> Job:
+    paths = frame_paths(record)
+    windows = plan_windows(len(paths), config.size, config.max_frames, record["id"])
+    action = action_of(record)
+    messages = [] if config.backend == OFFLINE else [messages_for(config, action, len(w)) for w in windows]
+    return Job(record, load_frames(record, paths), windows, action, messages)
+
+
+def result(job: Job, config: CaptionConfig) -> dict:
+    items = []
+    for frame, w in assign(job.windows, len(job.frames), config.keep_both):
+        window = job.windows[w]
+        item = {"frame": frame, "text": job.texts[w][window.index(frame)]}
+        if (config.size or 0) >= 2:
+            item["from"] = list(window)
+        items.append(item)
+    return {config.into: {"model": config.model, "kind": config.kind,
+                          "window": "full" if config.size is None else config.size,
+                          "prompt": prompt_name(config, job.action is not None), "items": items,
+                          "repairs": job.repairs}}
+
+
+def _where(job: Job, w: int, config: CaptionConfig) -> str:
+    window = job.windows[w]
+    if config.size is None:
+        return "reply"
+    return f"window frames[{window[0]}]" if len(window) == 1 else f"window frames[{window[0]}..{window[-1]}]"
+
+
+# --- the backends -------------------------------------------------------------------------------
+
+def caption_batch(records: list[dict], config: CaptionConfig) -> list[dict | Exception]:
+    """`process_batch` of the stage: every window of every record, asked together."""
+    jobs: list[Job | Exception] = []
+    for record in records:
+        try:
+            jobs.append(prepare(record, config))
+        except RecordError as exc:
+            jobs.append(exc)
+    live = [j for j in jobs if isinstance(j, Job)]
+    if config.backend == OFFLINE:
+        failed = _offline(live, config)
+    else:
+        failed = _prompted(live, config)
+    return [j if isinstance(j, Exception) else failed.get(id(j)) or result(j, config) for j in jobs]
+
+
+def _offline(jobs: list[Job], config: CaptionConfig) -> dict[int, Exception]:
+    classifier = vision.load_imagenet_classifier(vision.locate_imagenet_classifier(), config.placement)
+    for job in jobs:
+        looks = oc.look(classifier, job.frames, config.placement, config.top_k)
+        for w, window in enumerate(job.windows):
+            job.texts[w] = oc.caption_window([looks[i] for i in window], config.change_threshold)
+    return {}
+
+
+def _prompted(jobs: list[Job], config: CaptionConfig) -> dict[int, Exception]:
+    """Ask, parse, ask again what lacks a frame, and fail the records whose retry lacks one too."""
+    from vi.core.models.vlm_batch import ImageChat
+
+    asks = [(job, w) for job in jobs for w in range(len(job.windows))]
+    chats = [ImageChat(job.messages[w], [job.frames[i] for i in job.windows[w]]) for job, w in asks]
+    seeds = [record_seed(config.seed, job.record["id"]) % 2**31 + w for job, w in asks]
+    failed: dict[int, Exception] = {}
+    first = _ask(config, chats, seeds, temperature=0.0)
+    retry = []
+    for k, ((job, w), reply) in enumerate(zip(asks, first)):
+        if isinstance(reply, Exception):
+            failed[id(job)] = reply
+            continue
+        parsed = parse_frame_replies(reply, len(job.windows[w]))
+        if parsed.missing:
+            retry.append((k, reply, parsed.missing))
+        else:
+            job.texts[w] = parsed.texts
+            job.repairs += [f"{_where(job, w, config)}: {r}" for r in parsed.repairs]
+    second = _ask(config, [chats[k] for k, _, _ in retry], [seeds[k] + 7919 for k, _, _ in retry],
+                  temperature=RETRY_TEMPERATURE) if retry else []
+    for (k, old, missing), reply in zip(retry, second):
+        job, w = asks[k]
+        where = _where(job, w, config)
+        parsed = parse_frame_replies(reply, len(job.windows[w])) if isinstance(reply, str) else None
+        if parsed is not None and not parsed.missing:
+            job.texts[w] = parsed.texts
+            job.repairs.append(f"{where}: the first reply had no caption for <Frame {', '.join(map(str, missing))}>; "
+                               f"asked again (sampled, temperature {RETRY_TEMPERATURE}, seed {seeds[k] + 7919})")
+            job.repairs += [f"{where}: {r}" for r in parsed.repairs]
+            continue
+        still = parsed.missing if parsed is not None else missing
+        frames = [job.windows[w][i - 1] for i in still]
+        failed.setdefault(id(job), RecordError(
+            "frames_missing", f"record {job.record['id']}: the {where} has no caption for <Frame "
+            f"{', '.join(map(str, still))}> (frames {frames}), also after one retry; raw reply: "
+            f"{old[:RAW_SHOWN]!r}; retry: {str(reply)[:RAW_SHOWN]!r}"))
+    return failed
+
+
+def _ask(config: CaptionConfig, chats: list, seeds: list[int], temperature: float) -> list[str | Exception]:
+    from vi.core.models import vlm_batch
+
+    if config.backend == "vlm":
+        model = vlm.load_vlm(config.vlm_files, config.placement)
+        return list(vlm_batch.generate(model, chats, config.max_new_tokens, batch_size=config.batch_size,
+                                       temperature=temperature, seed=seeds[0] if seeds else 0))
+    return vlm_batch.ask_server(config.spec, chats, config.max_new_tokens, seeds, temperature=temperature,
+                                concurrency=config.concurrency)

@@ -1,0 +1,206 @@
+"""`vi frames`: the frame sequence of a video, a clip, or a FrameCapEval entry.
+
+The candidate frames come from the record's `video`, `image_files` or `frames`
+(`frame_sources`). A video's frames are decoded with `core.media` and saved once, full size,
+as JPEG at FRAMES_DIR/<id>/<time>.jpg, only for the frames kept: a file already there is kept
+as it is (a rerun or a resume decodes nothing), and each is written to a temporary name and
+renamed, so a reader never sees half a file. Window records of one video share its folder.
+
+Then `select`: all of them; sliding windows, one record per window, id <id>/w<first>-<last>
+with `parent` (`expand_windows`); or FrameCapEval's K-means construction (`frame_selection`).
+Sequences are not refused here: a 1-frame record is kept (vi caption-frames refuses it) and
+one longer than the 6 frames a captioner takes is kept too (vi caption-frames windows it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from vi.core import media
+from vi.core.devices import Placement, resolve_placement
+from vi.core.errors import RecordError
+from vi.core.seeding import record_rng
+from vi.pipelines.progresscaptioner import frame_selection
+from vi.pipelines.progresscaptioner.frame_selection import EmbedderChoice, ImageEmbedder
+from vi.pipelines.progresscaptioner.frame_sources import STAGE, Sequence, framecap_records, sequence_of
+
+__all__ = ["STAGE", "FramesConfig", "framecap_records", "expand_windows", "make_process"]
+SELECT = ("all", "window", "kmeans")
+WINDOW_MIN, WINDOW_MAX = 2, 6
+JPEG_QUALITY = 90
+DECODE_CHUNK = 256  # frames decoded per decord call at the encoder's size
+
+
+@dataclass(frozen=True)
+class FramesConfig:
+    """The options of `vi frames`, checked when built (a bad one fails before any record)."""
+
+    select: str = "all"
+    fps: float = 1.0
+    window: int = 2
+    stride: int = 1
+    frames_dir: Path | None = None
+    image_root: Path | None = None
+    source: str | None = None
+    model: str = "auto"
+    clip_arch: str | None = None
+    max_frames: int = 6
+    batch_size: int = 32
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+    embedder: EmbedderChoice | None = field(init=False, default=None, compare=False)
+    placement: Placement | None = field(init=False, default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.select not in SELECT:
+            raise ValueError(f"--select {self.select!r}: choose one of {', '.join(SELECT)}")
+        if not (math.isfinite(self.fps) and self.fps > 0):
+            raise ValueError(f"--fps must be a positive number of frames per second, got {self.fps}")
+        if not WINDOW_MIN <= self.window <= WINDOW_MAX:
+            raise ValueError(f"--window {self.window}: a window holds {WINDOW_MIN} to {WINDOW_MAX} frames "
+                             "(what progress-aware captioners take)")
+        if self.stride < 1:
+            raise ValueError(f"--stride must be at least 1 frame, got {self.stride}")
+        if not frame_selection.K_MIN + 1 <= self.max_frames <= frame_selection.K_MAX + 1:
+            raise ValueError(f"--max-frames {self.max_frames}: K-means keeps K frames plus one, K from "
+                             f"{frame_selection.K_MIN}, so give {frame_selection.K_MIN + 1} to "
+                             f"{frame_selection.K_MAX + 1}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        for name, folder in (("--frames-dir", self.frames_dir), ("--image-root", self.image_root)):
+            if folder is not None and folder.exists() and not folder.is_dir():
+                raise ValueError(f"{name} {folder} exists and is not a folder")
+        if self.image_root is not None and not self.image_root.is_dir():
+            raise ValueError(f"--image-root {self.image_root} is not a folder")
+        if self.select == "kmeans":
+            object.__setattr__(self, "placement", resolve_placement(self.device, self.dtype, engine="torch"))
+            object.__setattr__(self, "embedder", frame_selection.resolve_embedder(self.model, self.clip_arch))
+
+
+_embedders: dict = {}
+
+
+def embedder_for(config: FramesConfig) -> ImageEmbedder:
+    key = (config.embedder, config.placement, config.batch_size)
+    if key not in _embedders:
+        _embedders[key] = ImageEmbedder(config.embedder, config.placement, config.batch_size)
+    return _embedders[key]
+
+
+# --- decoding and saving ----------------------------------------------------------------------
+
+def _save(image: np.ndarray, target: Path) -> None:
+    from PIL import Image
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".jpg.part", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            Image.fromarray(image).save(out, format="JPEG", quality=JPEG_QUALITY)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def materialise(seq: Sequence, indices: list[int]) -> list[dict]:
+    """[{time, path}] for the chosen frames; a video's are decoded and saved unless already there."""
+    if seq.video is not None:
+        todo = [i for i in indices if not seq.paths[i].is_file()]
+        for start in range(0, len(todo), DECODE_CHUNK):
+            part = todo[start:start + DECODE_CHUNK]
+            for i, image in zip(part, media.read_frames(seq.video, [seq.times[i] for i in part])):
+                _save(image, seq.paths[i])
+    return [{"time": seq.times[i], "path": str(seq.paths[i].resolve())} for i in indices]
+
+
+def _image(path: Path) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"))
+    except (OSError, UnidentifiedImageError) as exc:
+        raise RecordError("unreadable_media", f"{path}: not a readable image ({exc})") from None
+
+
+def features_of(seq: Sequence, embedder: ImageEmbedder) -> np.ndarray:
+    if seq.video is not None:  # decoded small, at the encoder's size; saved frames come later
+        width, height = embedder.decode_size(*seq.size)
+        return np.concatenate([embedder.encode(media.read_frames(seq.video, seq.times[s:s + DECODE_CHUNK],
+                                                                 width, height))
+                               for s in range(0, len(seq), DECODE_CHUNK)])
+    return np.concatenate([embedder.encode(_image(p)[None]) for p in seq.paths])  # sizes differ
+
+
+# --- the stage --------------------------------------------------------------------------------
+
+def _sequence(record: dict, config: FramesConfig) -> Sequence:
+    return sequence_of(record, fps=config.fps, frames_dir=config.frames_dir, image_root=config.image_root,
+                       folder_id=record["id"])
+
+
+def _described(record: dict, config: FramesConfig) -> dict:
+    action = next((record[k] for k in ("action", "action_label", "keystep") if record.get(k) is not None), None)
+    return {"action": action, "source": record.get("source") or config.source}
+
+
+def select_record(record: dict, config: FramesConfig) -> dict:
+    """The fields of --select all or kmeans (and of a window record that did not fan out)."""
+    seq = _sequence(record, config)
+    fps = config.fps if seq.video is not None else None
+    if config.select == "kmeans":
+        feats = features_of(seq, embedder_for(config))
+        choice = frame_selection.kmeans_selection(feats, seed=config.seed, max_frames=config.max_frames,
+                                                  rng=record_rng(config.seed, record["id"]))
+        selected = {"method": "kmeans", "fps": fps, "model": config.embedder.name, "candidates": len(seq),
+                    **choice.as_fields()}
+        indices = choice.indices
+    else:
+        indices = list(range(len(seq)))
+        selected = {"method": config.select, "fps": fps, "count": len(seq)}
+        if config.select == "window":
+            selected.update(window=config.window, stride=config.stride, first=0, last=len(seq) - 1, of=len(seq))
+    return {"frames": materialise(seq, indices), **_described(record, config), "frame_select": selected}
+
+
+def expand_windows(records, config: FramesConfig, pending: dict):
+    """Each record as one record per window, id <id>/w<first>-<last>; `pending` tells `process`
+    which window a child id is. A record whose frames cannot be listed goes on whole, and
+    `process` turns it into the error record naming why."""
+    for record in records:
+        if record.get("errors"):
+            yield record
+            continue
+        try:
+            seq = _sequence(record, config)
+        except RecordError:
+            yield record
+            continue
+        for first, last in frame_selection.window_bounds(len(seq), config.window, config.stride):
+            child = {**record, "id": f"{record['id']}/w{first}-{last}"}
+            pending[child["id"]] = (record["id"], seq, first, last)
+            yield child
+
+
+def window_record(record: dict, config: FramesConfig, parent: object, seq: Sequence, first: int,
+                  last: int) -> dict:
+    selected = {"method": "window", "fps": config.fps if seq.video is not None else None,
+                "window": config.window, "stride": config.stride, "first": first, "last": last, "of": len(seq)}
+    return {"frames": materialise(seq, list(range(first, last + 1))), **_described(record, config),
+            "frame_select": selected, "parent": parent}
+
+
+def make_process(config: FramesConfig, pending: dict):
+    def process(record: dict) -> dict:
+        window = pending.pop(record["id"], None)
+        if window is not None:
+            return window_record(record, config, *window)
+        return select_record(record, config)
+    return process

@@ -1,0 +1,280 @@
+"""`vi keyframes`: the frames of a sequence worth keeping (ProgressCaptioner, Sec. 6, keyframe selection).
+
+The paper slides a 2-frame window over the frames: the captioner captions (v_{t-1}, v_t) together, an LLM
+reads the two captions and says whether c_t shows progression over c_{t-1}, and v_t is kept when it does;
+the number of keyframes follows the content. Here (`--method progress`):
+
+- frame 0 is always kept (its caption is the one of the window (v_0, v_1));
+- the captions of the window (v_{t-1}, v_t): a caption field whose items carry `from` = [t-1, t] (vi
+  caption-frames --window 2 --keep-both gives every frame its caption from both windows it is in); else,
+  with --captioner, they are made here by vi caption-frames' library with window 2; else the field's
+  captions of frames t-1 and t as they are (a full-sequence caption, like the release's `response0`), which
+  `keyframes_method.captions` then says ("pairwise" | "sequence" | "mixed");
+- the judge is the paper's evaluation prompt ("Action Progression ... e.g. more of the task has been
+  completed", with the record's action): keyframes should show the task advancing, and this prompt is the
+  one that says a change of viewpoint or hand position is no progression, which the pseudo-labelling prompt
+  ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the letter goes
+  through `letter_to_change` and only a positive answer (eval A, pseudo B) keeps a frame: C (uncertain)
+  does not.
+
+`--method uniform`: N frames evenly spaced over the sequence (first and last included), N = --count, else
+the count of a progress run already in the record (`keyframes` with method progress), else 4.
+`--method kmeans`: FrameCapEval's selection (`frame_selection.kmeans_selection`: K-means over image features,
+K by silhouette in 3..6, the frame nearest each centre) without the near-duplicate frame it adds for the
+benchmark (a keyframe set wants no repeated stage); it needs the frame images, and ignores --count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from vi.core.errors import RecordError
+from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
+from vi.core.seeding import record_rng, record_seed
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.progresscaptioner.judge_progression import (
+    NEEDS,
+    PROMPTS,
+    judge_pair,
+    letter_to_change,
+    record_action,
+)
+
+STAGE = "keyframes"
+METHODS = ("progress", "uniform", "kmeans")
+DEFAULT_COUNT = 4  # uniform's N when neither --count nor a progress run says
+
+
+@dataclass(frozen=True)
+class KeyframesConfig(UsesLLM):
+    method: str = "progress"
+    model: str = "qwen2.5-coder-1.5b"  # the judge (progress only)
+    prompt: str = "eval"
+    prompt_file: Path | None = None
+    captions: str = "captions"  # the caption field read
+    into: str = "keyframes"
+    count: int | None = None
+    image_model: str = "auto"  # kmeans's image features: a CLIP model or efficientnet-lite0
+    captioner: object | None = None  # a caption_frames config: make pairwise captions here (progress)
+    n_ctx: int = 2048
+    device: str = "auto"
+    seed: int = 0
+    threads: int | None = None
+    concurrency: int = 1
+    template: ChatPrompt | None = field(init=False, default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"--method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.count is not None and self.count < 1:
+            raise ValueError(f"--count must be at least 1, got {self.count}")
+        if not self.into.strip():
+            raise ValueError("--into needs a field name")
+        if self.method == "progress":
+            if self.prompt not in PROMPTS:
+                raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {self.prompt!r}")
+            check_llm(self.llm_settings)  # a bad --llm or a missing model: before any record
+            object.__setattr__(self, "template", load_prompt(PROMPTS[self.prompt], self.prompt_file,
+                                                             needs=NEEDS[self.prompt]))
+        elif self.method == "kmeans":
+            from vi.pipelines.progresscaptioner.frame_selection import resolve_embedder
+
+            resolve_embedder(self.image_model)  # a missing model: before any record
+
+
+# --- the sequence --------------------------------------------------------------------------------
+
+def sequence_length(record: dict, captions: dict | None) -> int:
+    """Frames in the record: its `frames`, else the frames its captions name."""
+    if isinstance(record.get("frames"), list) and record["frames"]:
+        return len(record["frames"])
+    items = captions.get("items") if isinstance(captions, dict) else None
+    frames = [i["frame"] for i in items or [] if isinstance(i, dict) and isinstance(i.get("frame"), int)]
+    if frames:
+        return max(frames) + 1
+    raise RecordError("missing_field", f"record {record['id']}: no 'frames' and no captions to count frames "
+                      "from; run vi frames (and vi caption-frames) first")
+
+
+def frame_time(record: dict, index: int):
+    frames = record.get("frames")
+    if isinstance(frames, list) and index < len(frames) and isinstance(frames[index], dict):
+        return frames[index].get("time")
+    return None
+
+
+def caption_items(captions: dict | None) -> list[dict]:
+    items = captions.get("items") if isinstance(captions, dict) else None
+    return [i for i in items or [] if isinstance(i, dict) and isinstance(i.get("frame"), int)
+            and isinstance(i.get("text"), str) and i["text"].strip()]
+
+
+def first_captions(captions: dict | None) -> dict[int, str]:
+    """Frame -> its first caption (a frame captioned from two windows keeps the earlier one)."""
+    out: dict[int, str] = {}
+    for item in caption_items(captions):
+        out.setdefault(item["frame"], item["text"])
+    return out
+
+
+def window_of(item: dict) -> tuple[int, int] | None:
+    span = item.get("from")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span):
+        return span[0], span[1]
+    return None
+
+
+def is_pairwise(captions: dict | None) -> bool:
+    return any(window_of(i) is not None for i in caption_items(captions))
+
+
+def pair_captions(captions: dict | None, t: int) -> tuple[str | None, str | None, str]:
+    """(c_{t-1}, c_t, how): the two captions of the window (v_{t-1}, v_t) when the items say which window
+    they come from ("pairwise"), else each frame's first caption ("sequence")."""
+    items = caption_items(captions)
+    from_window = {i["frame"]: i["text"] for i in items if window_of(i) == (t - 1, t)}
+    if t - 1 in from_window and t in from_window:
+        return from_window[t - 1], from_window[t], "pairwise"
+    first = first_captions(captions)
+    return first.get(t - 1), first.get(t), "sequence"
+
+
+# --- the three methods ---------------------------------------------------------------------------
+
+def uniform_indices(length: int, count: int) -> list[int]:
+    """`count` frames evenly spaced from the first to the last (all of them when count >= length)."""
+    if count >= length:
+        return list(range(length))
+    return sorted({int(round(x)) for x in np.linspace(0, length - 1, count)})
+
+
+def progress_count(record: dict, into: str) -> int | None:
+    """How many keyframes a progress run already in the record kept."""
+    for name in dict.fromkeys((into, "keyframes")):
+        method = record.get(f"{name}_method")
+        if isinstance(method, dict) and method.get("method") == "progress" and isinstance(record.get(name), list):
+            return len(record[name])
+    return None
+
+
+def select_progress(record: dict, captions: dict | None, length: int, config: KeyframesConfig,
+                    llm: ChatBackend) -> tuple[list[int], dict[int, str | None], dict]:
+    action = record_action(record) if config.prompt == "eval" else None
+    seed = record_seed(config.seed, record["id"]) % 2**32
+    kept, texts, letters, how = [0], {}, [], set()
+    for t in range(1, length):
+        before, after, source = pair_captions(captions, t)
+        if before is None or after is None:
+            missing = t - 1 if before is None else t
+            raise RecordError("missing_caption", f"record {record['id']}: frame {missing} has no caption in "
+                              f"'{config.captions}'; keyframes compare the captions of every adjacent pair")
+        how.add(source)
+        if t == 1:
+            texts[0] = before
+        letter = judge_pair(llm, before, after, prompt=config.prompt, action=action, seed=seed,
+                            template=config.template, where=f"record {record['id']}, frames {t - 1}-{t}: ")
+        letters.append(letter)
+        if letter_to_change(letter, config.prompt) is True:
+            kept.append(t)
+            texts[t] = after
+    if length == 1:
+        texts[0] = first_captions(captions).get(0)
+    info = {"llm": config.model, "prompt": config.prompt, "action": action,
+            "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters}
+    return kept, texts, info
+
+
+def image_features(record: dict, config: KeyframesConfig) -> tuple[np.ndarray, str]:
+    """(features of the record's frame images, the embedder's name)."""
+    from PIL import Image, UnidentifiedImageError
+    from vi.core.devices import resolve_placement
+
+    images = []
+    for i, frame in enumerate(record.get("frames") or []):
+        path = frame.get("path") if isinstance(frame, dict) else frame
+        try:
+            with Image.open(path) as image:
+                images.append(np.asarray(image.convert("RGB")))
+        except (OSError, TypeError, UnidentifiedImageError) as exc:
+            raise RecordError("unreadable_media", f"record {record['id']}: frame {i} ({path}) is not a readable "
+                              f"image ({exc}); --method kmeans clusters the frame images") from None
+    if not images:
+        raise RecordError("missing_field", f"record {record['id']}: no 'frames' images; --method kmeans clusters "
+                          "frame images (vi frames), captions alone cannot do")
+    embedder = _embedder(config.image_model, resolve_placement(config.device, "auto", engine="torch"))
+    features = np.concatenate([embedder.encode(image[None]) for image in images])  # sizes may differ
+    return features, embedder.choice.name
+
+
+_embedders: dict = {}
+
+
+def _embedder(model: str, placement):
+    from vi.pipelines.progresscaptioner import frame_selection
+
+    if (model, placement) not in _embedders:
+        _embedders[(model, placement)] = frame_selection.ImageEmbedder(
+            frame_selection.resolve_embedder(model), placement, batch_size=8)
+    return _embedders[(model, placement)]
+
+
+def select_kmeans(record: dict, config: KeyframesConfig) -> tuple[list[int], dict]:
+    from vi.pipelines.progresscaptioner import frame_selection
+
+    features, name = image_features(record, config)
+    choice = frame_selection.kmeans_selection(features, seed=config.seed, rng=record_rng(config.seed, record["id"]),
+                                              max_frames=frame_selection.K_MAX + 1)
+    kept = [i for i in choice.indices if i != choice.duplicate]
+    return kept, {"model": name,
+                  "k": choice.k, "silhouette": {str(k): round(s, 6) for k, s in choice.silhouette.items()},
+                  "note": choice.note}
+
+
+# --- the record ----------------------------------------------------------------------------------
+
+def keyframes(record: dict, config: KeyframesConfig, llm: ChatBackend | None = None) -> dict:
+    captions = record.get(config.captions)
+    captions = captions if isinstance(captions, dict) else None
+    length = sequence_length(record, captions)
+    info: dict = {"method": config.method}
+    texts: dict[int, str | None] = {}
+    if config.method == "progress":
+        if config.captioner is not None and not is_pairwise(captions):
+            captions = make_pair_captions(record, config)
+        if captions is None:
+            raise RecordError("missing_field", f"record {record['id']}: no '{config.captions}' captions; run vi "
+                              "caption-frames --window 2 --keep-both first, or give --captioner")
+        kept, texts, more = select_progress(record, captions, length, config, llm or config.llm())
+        info.update(field=config.captions, **more)
+    elif config.method == "uniform":
+        found = progress_count(record, config.into)
+        count = config.count or found or DEFAULT_COUNT
+        kept = uniform_indices(length, count)
+        info.update(count_from="--count" if config.count else "progress" if found else "default")
+    else:
+        kept, more = select_kmeans(record, config)
+        info.update(more)
+    first = first_captions(captions)
+    info["count"] = len(kept)
+    return {config.into: [{"index": i, "time": frame_time(record, i), "caption": texts.get(i, first.get(i))}
+                          for i in kept],
+            f"{config.into}_method": info}
+
+
+def pair_captioner(vlm: str, *, device: str = "auto", seed: int = 0):
+    """vi caption-frames' config for the paper's windows: (v_{t-1}, v_t), both captions of each kept."""
+    from vi.pipelines.progresscaptioner.caption_frames import CaptionConfig
+
+    return CaptionConfig(vlm=vlm, window="2", keep_both=True, device=device, seed=seed)
+
+
+def make_pair_captions(record: dict, config: KeyframesConfig) -> dict:
+    """Captions of every window (v_{t-1}, v_t), made by vi caption-frames' library."""
+    from vi.pipelines.progresscaptioner.caption_frames import caption_batch
+
+    (made,) = caption_batch([record], config.captioner)
+    if isinstance(made, Exception):
+        raise made
+    return made[config.captioner.into]
