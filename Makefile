@@ -138,25 +138,32 @@ stepdiff-model: stepdiff-demo
 
 # ProgressCaptioner on samples whose progression is known (evaluation/progresscaptioner/samples.py:
 # real photos, each stage held 2-3 s with small jitter so that same-stage frames are not identical):
-# 1. image sequences of 2-6 frames, as FrameCapEval's: captioned (a VLM when one is cached, else the
-#    offline captioner from the embedded models, which says so), judged by the LLM with FrameCapEval's
-#    prompt, caption-matched, and scored against the known labels;
+# 1. PROGRESS_SEQUENCES image sequences of 2-6 frames, as FrameCapEval's: captioned (a VLM when one is
+#    cached, else the offline captioner from the embedded models, which says so), caption-matched on
+#    every frame (FrameCapEval's Cap; vi judge match before vi judge progression, which would narrow it
+#    to the distinct frames as pseudo-labelling does), judged with FrameCapEval's prompt, and scored
+#    against the known labels;
 # 2. the clip at 1 FPS: keyframes by progress (captions of each 2-frame window, the LLM judge).
+# The judge is Qwen2.5-Coder-1.5B: SmolLM2-135M answers C (uncertain) on every pair (measured).
 PROGRESS := $(OUT)/progress
-PROGRESS_LLM ?= smollm2-135m
+PROGRESS_LLM ?= qwen2.5-coder-1.5b
+PROGRESS_SEQUENCES ?= 6
 progresscaptioner-demo: $(STAMPS)/install
-	$(BIN)/python -m vi.evaluation.progresscaptioner.samples $(PROGRESS)/sample
-	@echo "== vi caption-frames | vi judge progression --prompt eval | vi judge match, then vi eval framecap"
+	$(BIN)/python -m vi.evaluation.progresscaptioner.samples $(PROGRESS)/sample $(PROGRESS_SEQUENCES)
+	@echo "== vi caption-frames | vi judge match | vi judge progression --prompt eval, then vi eval framecap"
 	$(VI) caption-frames -i $(PROGRESS)/sample/sequences.jsonl -q \
-	  | $(VI) judge progression --prompt eval --llm $(PROGRESS_LLM) -q \
-	  | $(VI) judge match -q --output $(PROGRESS)/judged.jsonl --overwrite
+	  | $(VI) judge match -q \
+	  | $(VI) judge progression --prompt eval --llm $(PROGRESS_LLM) -q --output $(PROGRESS)/judged.jsonl --overwrite
 	$(VI) eval framecap --pred $(PROGRESS)/judged.jsonl --labels $(PROGRESS)/sample/sequences_labels.jsonl \
 	  > $(PROGRESS)/framecap.json
 	@echo "== vi frames | vi keyframes --method progress on the clip"
 	$(VI) frames -i $(PROGRESS)/sample/progress_record.jsonl --frames-dir $(PROGRESS)/frames -q \
-	  | $(VI) keyframes --method progress --llm $(PROGRESS_LLM) -q --output $(PROGRESS)/keyframes.jsonl --overwrite
+	  | $(VI) keyframes --method progress --captioner offline --llm $(PROGRESS_LLM) -q \
+	    --output $(PROGRESS)/keyframes.jsonl --overwrite
 	@$(BIN)/python -c "import json; r = json.loads(open('$(PROGRESS)/keyframes.jsonl').readline()); \
-	  print('keyframes at', [k['time'] for k in r.get('keyframes', [])], 'of', len(r.get('frames', [])), 'frames')"
+	  t = json.load(open('$(PROGRESS)/sample/progress.json')); \
+	  print('keyframes: frames', [k['index'] for k in r.get('keyframes', [])], 'of', len(r.get('frames', [])), \
+	        'frames; true stages start at frames', t['distinct_frames'])"
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

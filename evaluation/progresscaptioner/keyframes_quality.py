@@ -92,7 +92,7 @@ def run_real(args, console: Console) -> dict:
             out = results[model][record["id"]]
             letters = " ".join(f"{t}-{t + 1}:{a}" for t, a in enumerate(out["keyframes_method"]["answers"]))
             kept = [k["index"] + 1 for k in out["keyframes"]]
-            console.print(f"  [cyan]{model}[/cyan] pairs {letters} -> keeps frames {kept}", highlight=False)
+            console.print(f"  [cyan]{model}[/cyan] pairs {letters} -> keeps <Frame i> {kept}", highlight=False)
     table = Table(title=f"Judge letters on the {len(shown)} shown sequences' adjacent pairs (eval prompt)")
     for column in ("LLM", "pairs", "A (progress)", "B (none)", "C (uncertain)", "kept / frames", "s per call"):
         table.add_column(column, justify="right")
