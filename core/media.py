@@ -227,3 +227,21 @@ def read_frames(path: str | Path, times: list[float], width: int = -1, height: i
         raise RecordError("unreadable_media", f"{p}: decoding frames failed ({exc})") from None
     position = {index: i for i, index in enumerate(unique)}
     return frames[[position[i] for i in indices]]
+
+
+def save_jpeg(image: np.ndarray, target: Path, quality: int = 90) -> None:
+    """Write an RGB frame as TARGET atomically: a temporary file in the same folder renamed over
+    it, so a reader (or a resumed run that sees the file and skips it) never finds half a JPEG."""
+    import tempfile
+
+    from PIL import Image
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".jpg.part", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            Image.fromarray(image).save(out, format="JPEG", quality=quality)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -15,8 +15,6 @@ one longer than the 6 frames a captioner takes is kept too (vi caption-frames wi
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,20 +93,6 @@ def embedder_for(config: FramesConfig) -> ImageEmbedder:
 
 # --- decoding and saving ----------------------------------------------------------------------
 
-def _save(image: np.ndarray, target: Path) -> None:
-    from PIL import Image
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".jpg.part", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            Image.fromarray(image).save(out, format="JPEG", quality=JPEG_QUALITY)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def materialise(seq: Sequence, indices: list[int]) -> list[dict]:
     """[{time, path}] for the chosen frames; a video's are decoded and saved unless already there."""
     if seq.video is not None:
@@ -116,7 +100,7 @@ def materialise(seq: Sequence, indices: list[int]) -> list[dict]:
         for start in range(0, len(todo), DECODE_CHUNK):
             part = todo[start:start + DECODE_CHUNK]
             for i, image in zip(part, media.read_frames(seq.video, [seq.times[i] for i in part])):
-                _save(image, seq.paths[i])
+                media.save_jpeg(image, seq.paths[i], JPEG_QUALITY)
     return [{"time": seq.times[i], "path": str(seq.paths[i].resolve())} for i in indices]
 
 

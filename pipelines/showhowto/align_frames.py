@@ -21,9 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,8 +234,6 @@ def safe_name(record_id: object) -> str:
 
 def save_frames(path: Path, frames: list[dict | None], folder: Path) -> None:
     """Decode the chosen frames at full size and write each as DIR/<step:02d>.jpg, atomically."""
-    from PIL import Image
-
     wanted = [(i, frame) for i, frame in enumerate(frames) if frame is not None]
     if not wanted:
         return
@@ -245,12 +241,5 @@ def save_frames(path: Path, frames: list[dict | None], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for (i, frame), image in zip(wanted, pixels):
         target = folder / f"{i:02d}.jpg"
-        handle, tmp = tempfile.mkstemp(prefix=f".{i:02d}-", suffix=".jpg.part", dir=folder)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                Image.fromarray(image).save(out, format="JPEG", quality=JPEG_QUALITY)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        media.save_jpeg(image, target, JPEG_QUALITY)
         frame["path"] = str(target.resolve())
