@@ -85,11 +85,11 @@ def test_offline_scorer_on_real_photos(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_vlm_answers_a_letter_or_a_noted_none(tmp_path):
-    from test_describe import make_tiny_qwen2_vl
+    from vi.evaluation.progresscaptioner.caption_bench import build_tiny_vlm
 
     rec = photo_record(tmp_path)
     del rec["captions_shifted"], rec["captions_same"]
-    config = jm.MatchConfig(vlm=str(make_tiny_qwen2_vl(tmp_path / "qwen2-vl")), device="cpu", dtype="float32",
+    config = jm.MatchConfig(vlm=str(build_tiny_vlm("qwen2_vl", tmp_path / "qwen2-vl")), device="cpu", dtype="float32",
                             max_new_tokens=4)
     result = jm.match_record(rec, config)["matching"]["captions"]
     assert result["scorer"] == f"vlm:{tmp_path / 'qwen2-vl'}" and len(result["frames"]) == 4
