@@ -15,6 +15,10 @@ two LLMs on the same pairs: raw agreement of the letters and Cohen's kappa (scik
 discounts the agreement two judges with those answer distributions would reach by chance. There are no
 ground-truth labels in the release, so this measures consistency, not accuracy. --limit N judges a
 seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead of all 141.
+
+--answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
+same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
+so it may be stopped and taken up again. The seconds per pair count the pairs judged in this run.
 """
 
 from __future__ import annotations
@@ -53,26 +57,61 @@ def adjacent_pairs(sequences: list[dict]) -> list[dict]:
             if s["texts"][i] is not None and s["texts"][i + 1] is not None]
 
 
-def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: int | None, seed: int
+def load_answers(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int], str]]:
+    """{(llm, prompt): {(pair id, first frame): letter}} from an --answers file; empty when there is none."""
+    known: dict[tuple[str, str], dict[tuple[str, int], str]] = {}
+    if path is None or not path.exists():
+        return known
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+            known.setdefault((row["llm"], row["prompt"]), {})[row["id"], row["frames"][0]] = row["answer"]
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue  # a line cut by a kill: that pair is judged again
+    return known
+
+
+def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: int | None, seed: int,
+              answers: Path | None = None
               ) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], float]]:
-    """Letters per (llm, prompt), in pair order, and the seconds per pair each took."""
+    """Letters per (llm, prompt), in pair order, and the seconds per newly judged pair. With `answers`,
+    letters already there are reused and each new one is appended as soon as it is given."""
     from vi.core.models.chat import LLMSettings, load_llm
     from vi.core.seeding import record_seed
     from vi.pipelines.progresscaptioner.judge_progression import judge_pair
 
+    known = load_answers(answers)
+    sink = answers.open("a", encoding="utf-8") if answers else None
     letters, seconds = {}, {}
-    for ref in llms:
-        llm = load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
-        for prompt in prompts:
-            start, got = time.perf_counter(), []
-            for k, pair in enumerate(pairs):
-                got.append(judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
-                                      seed=record_seed(seed, pair["id"]) % 2**32))
-                if (k + 1) % 50 == 0:
-                    print(f"  {ref} {prompt}: {k + 1}/{len(pairs)} pairs, "
-                          f"{(time.perf_counter() - start) / (k + 1):.2f} s/pair", file=sys.stderr)
-            letters[ref, prompt] = got
-            seconds[ref, prompt] = (time.perf_counter() - start) / max(1, len(pairs))
+    try:
+        for ref in llms:
+            llm = None
+            for prompt in prompts:
+                done = known.get((ref, prompt), {})
+                start, got, new = time.perf_counter(), [], 0
+                for pair in pairs:
+                    key = (pair["id"], pair["frames"][0])
+                    if key in done:
+                        got.append(done[key])
+                        continue
+                    # loaded only when something is left to judge, so a finished run reports at once
+                    llm = llm or load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
+                    letter = judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
+                                        seed=record_seed(seed, pair["id"]) % 2**32)
+                    got.append(letter)
+                    new += 1
+                    if sink:
+                        sink.write(json.dumps({"id": pair["id"], "frames": pair["frames"], "llm": ref,
+                                               "prompt": prompt, "answer": letter}) + "\n")
+                        sink.flush()
+                    if new % 50 == 0:
+                        print(f"  {ref} {prompt}: {len(got)}/{len(pairs)} pairs, "
+                              f"{(time.perf_counter() - start) / new:.2f} s/pair", file=sys.stderr)
+                letters[ref, prompt] = got
+                seconds[ref, prompt] = (time.perf_counter() - start) / new if new else None
+    finally:
+        if sink:
+            sink.close()
     return letters, seconds
 
 
@@ -93,7 +132,8 @@ def report(sequences: list[dict], pairs: list[dict], letters: dict, seconds: dic
              "frames_missing": sum(len(s["missing"]) for s in sequences),
              "frames": sum(len(s["texts"]) for s in sequences)}
     distribution = {f"{ref} {prompt}": {"counts": {x: Counter(got)[x] for x in "ABC"},
-                                        "seconds_per_pair": round(seconds[ref, prompt], 3)}
+                                        "seconds_per_pair": (round(seconds[ref, prompt], 3)
+                                                             if seconds[ref, prompt] is not None else None)}
                     for (ref, prompt), got in letters.items()}
     agree = {prompt: {f"{a} vs {b}": agreement(letters[a, prompt], letters[b, prompt])
                       for a, b in combinations(llms, 2)} for prompt in prompts}
@@ -110,7 +150,8 @@ def print_tables(result: dict) -> None:
     print(f"{'judge, prompt':<34} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}", file=sys.stderr)
     for name, row in result["distribution"].items():
         c = row["counts"]
-        print(f"{name:<34} {c['A']:>5} {c['B']:>5} {c['C']:>5} {row['seconds_per_pair']:>7.2f}", file=sys.stderr)
+        pace = "-" if row["seconds_per_pair"] is None else f"{row['seconds_per_pair']:.2f}"
+        print(f"{name:<34} {c['A']:>5} {c['B']:>5} {c['C']:>5} {pace:>7}", file=sys.stderr)
     for prompt, rows in result["agreement"].items():
         for name, row in rows.items():
             print(f"{prompt}: {name}: raw agreement {row['raw']}, Cohen's kappa {row['kappa']}", file=sys.stderr)
@@ -125,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="judge a seeded sample of N sequences")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp CPU threads")
-    parser.add_argument("--answers", type=Path, help="also write every pair's letters here (JSONL)")
+    parser.add_argument("--answers", type=Path, help="keep every letter here (JSONL, appended as given); "
+                        "a rerun with the same file judges only the pairs it lacks")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # llama.cpp's idle OpenMP threads spin otherwise
@@ -136,15 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     sequences = load_sequences(args.data)
     chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
     pairs = adjacent_pairs(chosen)
-    letters, seconds = judge_all(pairs, llms, prompts, args.threads, args.seed)
+    letters, seconds = judge_all(pairs, llms, prompts, args.threads, args.seed, args.answers)
     result = report(sequences if args.limit is None else chosen, pairs, letters, seconds, llms, prompts)
     result["limit"] = args.limit
-    if args.answers:
-        with args.answers.open("w", encoding="utf-8") as out:
-            for k, pair in enumerate(pairs):
-                row = {"id": pair["id"], "frames": pair["frames"],
-                       "answers": {f"{r} {p}": got[k] for (r, p), got in letters.items()}}
-                out.write(json.dumps(row) + "\n")
     print_tables(result)
     if args.json:
         print(json.dumps(result, indent=1))
