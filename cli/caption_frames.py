@@ -67,6 +67,10 @@ def caption_frames_command(
     change_threshold: Annotated[float, typer.Option(
         help="Offline: image-feature cosine distance above which a frame counts as a changed view.")
     ] = oc.CHANGE_THRESHOLD,
+    missing: Annotated[str, typer.Option(
+        help="A reply without some frame's caption, also after its retry: error (the record is an error "
+             "record) or keep (the field keeps the captions given and lists the others in 'missing'; for "
+             "records several captioners share, so a weak one costs only its own captions).")] = "error",
     device: str = "auto",
     dtype: str = "auto",
     concurrency: ConcurrencyOption = 1,
@@ -75,7 +79,7 @@ def caption_frames_command(
     config = cf.CaptionConfig(vlm=vlm, window=window, keep_both=keep_both, into=into, prompt=prompt,
                               max_new_tokens=max_new_tokens, batch_size=batch_size, max_frames=max_frames,
                               top_k=top_k, change_threshold=change_threshold, device=device, dtype=dtype,
-                              seed=opts.seed, concurrency=concurrency)
+                              seed=opts.seed, concurrency=concurrency, missing=missing)
     records = batch_size if config.backend == "vlm" else 4 * concurrency if config.backend == "openai" else 8
     stage = Stage(cf.STAGE, writes=(into,), process_batch=lambda batch: cf.caption_batch(batch, config),
                   batch_size=records)

@@ -15,7 +15,11 @@ The prompt is the release's (`progress_caption`, or `progress_caption_no_action`
 the window's frame count; the model's `<Frame i>:` reply is parsed by `frame_replies` (its repairs are
 written to `repairs`). A reply that lacks a frame's caption is asked again once, sampled (temperature 0.7,
 another seed: greedy decoding would repeat itself); if that reply lacks one too, the record is an error
-naming the window and the frames, with both raw replies.
+naming the window and the frames, with both raw replies. With `missing="keep"` (--missing keep) it is not: the
+field is written with the captions the replies gave, the uncaptioned frames listed in `missing` and the
+reason in `repairs`. That is for records several captioners share (ProgressCaptioner's training data: K VLMs
+of varied quality): one weak captioner then costs its own captions, not the others'; the judges and vi
+captioner-data count a field without a caption for a frame as giving no pass and no sample.
 
 Backends (`--vlm`): a transformers VLM folder or cached hub id (T images through its chat template, greedy,
 `batch_size` requests per generate call, left-padded; see core/models/vlm_batch.py), `openai:MODEL@URL`
@@ -67,6 +71,7 @@ class CaptionConfig:
     dtype: str = "auto"
     seed: int = 0
     concurrency: int = 1
+    missing: str = "error"  # error | keep: what a reply without some frame's caption (after its retry) gives
     backend: str = field(init=False)  # vlm | openai | offline
     size: int | None = field(init=False)  # the window's frame count; None = full
     vlm_files: vlm.HFModelFiles | None = field(init=False, compare=False)
@@ -85,6 +90,8 @@ class CaptionConfig:
         if self.max_frames < 2 or self.max_new_tokens < 1 or self.batch_size < 1 or self.top_k < 1:
             raise ValueError("--max-frames must be at least 2, --max-new-tokens, --batch-size and --top-k at "
                              "least 1")
+        if self.missing not in ("error", "keep"):
+            raise ValueError(f"--missing {self.missing!r}: give error or keep")
         if self.keep_both and (size or 0) < 2:
             raise ValueError("--keep-both keeps the captions of overlapping windows: give --window 2 (or more)")
         backend, files, spec = _choose(self.vlm)
@@ -181,7 +188,7 @@ class Job:
     windows: list[Window]
     action: str | None
     messages: list[list[dict]] = field(default_factory=list)  # per window: the prompt's turns (not offline)
-    texts: dict[int, list[str]] = field(default_factory=dict)  # window index -> captions
+    texts: dict[int, list[str | None]] = field(default_factory=dict)  # window index -> captions (None: missing)
     repairs: list[str] = field(default_factory=list)
 
 
@@ -194,17 +201,23 @@ def prepare(record: dict, config: CaptionConfig) -> Job:
 
 
 def result(job: Job, config: CaptionConfig) -> dict:
-    items = []
+    items, uncaptioned = [], set()
     for frame, w in assign(job.windows, len(job.frames), config.keep_both):
         window = job.windows[w]
-        item = {"frame": frame, "text": job.texts[w][window.index(frame)]}
+        text = job.texts[w][window.index(frame)]
+        if text is None:  # only with missing="keep"
+            uncaptioned.add(frame)
+            continue
+        item = {"frame": frame, "text": text}
         if (config.size or 0) >= 2:
             item["from"] = list(window)
         items.append(item)
-    return {config.into: {"model": config.model, "kind": config.kind,
-                          "window": "full" if config.size is None else config.size,
-                          "prompt": prompt_name(config, job.action is not None), "items": items,
-                          "repairs": job.repairs}}
+    captioned = {item["frame"] for item in items}
+    out = {"model": config.model, "kind": config.kind, "window": "full" if config.size is None else config.size,
+           "prompt": prompt_name(config, job.action is not None), "items": items, "repairs": job.repairs}
+    if uncaptioned - captioned:
+        out["missing"] = sorted(uncaptioned - captioned)
+    return {config.into: out}
 
 
 def _where(job: Job, w: int, config: CaptionConfig) -> str:
@@ -275,6 +288,15 @@ def _prompted(jobs: list[Job], config: CaptionConfig) -> dict[int, Exception]:
             continue
         still = parsed.missing if parsed is not None else missing
         frames = [job.windows[w][i - 1] for i in still]
+        if config.missing == "keep":
+            # the better of the two replies (fewer frames missing) is kept, with what it lacks said
+            best = parsed if parsed is not None and len(parsed.missing) < len(missing) else \
+                parse_frame_replies(old, len(job.windows[w]))
+            job.texts[w] = best.texts
+            job.repairs.append(f"{where}: no caption for <Frame {', '.join(map(str, best.missing))}> (frames "
+                               f"{[job.windows[w][i - 1] for i in best.missing]}), also after one retry; kept "
+                               f"without (--missing keep); raw reply: {old[:RAW_SHOWN]!r}")
+            continue
         failed.setdefault(id(job), RecordError(
             "frames_missing", f"record {job.record['id']}: the {where} has no caption for <Frame "
             f"{', '.join(map(str, still))}> (frames {frames}), also after one retry; raw reply: "

@@ -198,3 +198,15 @@ def test_the_stage_keeps_the_record_contract_offline(photos, tmp_path):
     assert one["errors"][-1]["kind"] == "too_few_frames" and many["errors"][-1]["kind"] == "too_many_frames"
     assert gone["errors"][-1]["kind"] == "missing_media" and "frames[1]" in gone["errors"][-1]["message"]
     assert none["errors"][-1]["kind"] == "missing_field" and passed == upstream
+
+
+def test_with_missing_keep_a_reply_still_lacking_a_frame_keeps_the_captions_it_gave(server, photos):
+    # several captioners share a record in ProgressCaptioner's training data: a weak one must not make it an error
+    url, _ = server
+    config = cf.CaptionConfig(vlm=f"openai:fake-vlm@{url}", missing="keep", into="captions_weak")
+    (always,) = cf.caption_batch([sequence("always", photos["a"], photos["c"], action="skip always")], config)
+    field = always["captions_weak"]
+    assert [(i["frame"], i["text"]) for i in field["items"]] == [(0, "caption 1 of 2")] and field["missing"] == [1]
+    assert "no caption for <Frame 2> (frames [1]), also after one retry; kept without" in field["repairs"][-1]
+    with pytest.raises(ValueError, match="--missing 'skip': give error or keep"):
+        cf.CaptionConfig(vlm="offline", missing="skip")
