@@ -35,8 +35,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 def _register() -> None:
     # Imported for their side effect of adding commands; each is cheap to import.
     from vi.cli import (  # noqa: F401
-        align_frames, ask, caption_frames, clips, describe, encode_videos, evaluate, export, extract_steps,
-        filter_instructional, frames, judge, keyframes, models, pair, pair_qa, predict, probe, train, transcribe)
+        align_frames, ask, caption_frames, captioner_data, clips, describe, encode_videos, evaluate, export,
+        extract_steps, filter_instructional, frames, judge, keyframes, models, pair, pair_qa, predict, probe, train,
+        transcribe)
 
 
 def _forward_to_editor(argv: list[str]) -> None:
@@ -68,3 +69,7 @@ def main() -> None:
     _register()
     _forward_to_editor(sys.argv)
     app()
+
+
+if __name__ == "__main__":  # python -m vi.cli.app ..., as torchrun and accelerate launch name a module
+    main()
