@@ -1,4 +1,4 @@
-"""`vi train stepdiff`: options in, `pipelines.train_stepdiff.run_training` out."""
+"""`vi train stepdiff` and `vi train captioner`: options in, the pipelines' training runs out."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from typing import Annotated
 import typer
 from vi.cli.app import app
 from vi.cli.stage import run_command
+from vi.pipelines.progresscaptioner.train_captioner import CaptionerTrainConfig
 from vi.pipelines.stepdiff.train import TrainConfig
 
 train_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         context_settings={"help_option_names": ["-h", "--help"]})
-app.add_typer(train_app, name="train", help="Train models: StepDiff's video-conditioned LLM (projector only).")
+app.add_typer(train_app, name="train", help="Train models: StepDiff's video-conditioned LLM (projector only); "
+              "ProgressCaptioner's VLM (SFT, then DPO).")
 
 DATA, OPTIM, MODEL, RUN = "Data", "Optimisation", "Model", "Run"
 DEFAULTS = TrainConfig(output=Path("."))
@@ -119,3 +121,111 @@ def stepdiff_command(
         run_training(config, list(val or []), list(features or []), mixed_precision)
 
     run_command("train stepdiff", body)
+
+
+CAPTIONER_HELP = (
+    "Train ProgressCaptioner's VLM (CVPR 2025) with TRL: [cyan]--method sft[/cyan] on progress captions, then "
+    "[cyan]--method dpo[/cyan] from the SFT run on chosen/rejected captions. Full fine-tuning (the paper's), or "
+    "--lora (adapters merged into the saved model). LLaVA-OneVision (the paper's base), Qwen2-VL and "
+    "Idefics3/SmolVLM models.\n\n"
+    "[bold]Data[/bold]: vi captioner-data's sft.jsonl or dpo.jsonl (images relative to the file); it trains "
+    "on the records of split train and scores those of split heldout every --eval-every steps (or --val FILE).\n\n"
+    "[bold]Learning rates[/bold] (the paper's by default): SFT 1e-5 for the LLM and projector, 2e-6 for the "
+    "vision encoder; DPO 5e-7 (vision 1e-7, SFT's ratio) with beta 0.2. --vision-lr 0 freezes the encoder.\n\n"
+    "[bold]Writes[/bold] to --output: the final model and processor (give the folder to [cyan]vi caption-frames "
+    "--vlm RUN[/cyan], or to --model of the DPO run), checkpoints/checkpoint-N every --save-every steps, and "
+    "log.jsonl (kind train: loss, learning rate; kind eval: held-out loss, for DPO also eval_rewards/accuracies "
+    "and eval_rewards/margins; the first eval at step 0). --resume continues from the last checkpoint. bf16 on "
+    "GPU; progress goes to stderr.\n\n"
+    "[bold]Several GPUs or nodes:[/bold] launch this same command with [cyan]accelerate launch --num_processes "
+    "8 -m vi train captioner ...[/cyan] or [cyan]torchrun --nproc-per-node 8 -m vi train "
+    "captioner ...[/cyan]; under Slurm, [cyan]srun torchrun --nnodes $SLURM_NNODES --nproc-per-node 8 "
+    "--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 -m vi train captioner ...[/cyan]. The "
+    "effective batch is --batch-size x --grad-accum x processes.")
+CD = CaptionerTrainConfig(output=Path("."), data=Path("."))  # its module imports no torch: a fast --help
+
+
+@train_app.command("captioner", help=CAPTIONER_HELP, short_help="Train ProgressCaptioner's VLM: SFT or DPO (TRL).",
+                   epilog="Example: [cyan]vi captioner-data -o data ... && vi train captioner --method sft --data "
+                          "data/sft.jsonl -o runs/sft && vi train captioner --method dpo --data data/dpo.jsonl "
+                          "--model runs/sft -o runs/dpo && vi caption-frames --vlm runs/dpo[/cyan]")
+def captioner_command(
+    output: Annotated[Path, typer.Option("--output", "-o", file_okay=False, help="Run folder: the final model, "
+                                         "checkpoints and log.jsonl.", show_default=False)],
+    data: Annotated[Path, typer.Option("--data", exists=True, dir_okay=False, help="sft.jsonl or dpo.jsonl of vi "
+                                       "captioner-data.", rich_help_panel=DATA, show_default=False)],
+    method: Annotated[str, typer.Option(help="sft or dpo.", rich_help_panel=MODEL)] = CD.method,
+    val: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Held-out records (default: the "
+                                             "--data records of split heldout).", rich_help_panel=DATA)] = None,
+    model: Annotated[str, typer.Option(help="The VLM to start from: a transformers folder (e.g. the SFT run) or a "
+                                       "cached hub id.", rich_help_panel=MODEL)] = CD.model,
+    lora: Annotated[bool, typer.Option("--lora", help="Train LoRA adapters on every linear layer instead of all "
+                                       "weights; they are merged into the saved model.", rich_help_panel=MODEL)
+                    ] = False,
+    lora_rank: Annotated[int, typer.Option(min=1, help="LoRA rank.", rich_help_panel=MODEL)] = CD.lora_rank,
+    lora_alpha: Annotated[int, typer.Option(min=1, help="LoRA alpha.", rich_help_panel=MODEL)] = CD.lora_alpha,
+    beta: Annotated[float, typer.Option(min=0.0, help="DPO's beta.", rich_help_panel=OPTIM)] = CD.beta,
+    lr: Annotated[float | None, typer.Option(min=0.0, help="Peak learning rate of the LLM and projector "
+                                             "(default: 1e-5 SFT, 5e-7 DPO).", rich_help_panel=OPTIM,
+                                             show_default=False)] = None,
+    vision_lr: Annotated[float | None, typer.Option(min=0.0, help="Peak learning rate of the vision encoder "
+                                                    "(default: 2e-6 SFT, 1e-7 DPO; 0 freezes it).",
+                                                    rich_help_panel=OPTIM, show_default=False)] = None,
+    epochs: Annotated[float, typer.Option(min=0.0, help="Passes over the training records.", rich_help_panel=OPTIM)
+                      ] = CD.epochs,
+    max_steps: Annotated[int, typer.Option(min=0, help="Optimizer steps (0: --epochs decides).",
+                                           rich_help_panel=OPTIM)] = CD.max_steps,
+    batch_size: Annotated[int, typer.Option(min=1, help="Records per process and micro step.",
+                                            rich_help_panel=OPTIM)] = CD.batch_size,
+    grad_accum: Annotated[int, typer.Option(min=1, help="Micro steps per optimizer step.", rich_help_panel=OPTIM)
+                          ] = CD.grad_accum,
+    weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.", rich_help_panel=OPTIM)
+                            ] = CD.weight_decay,
+    warmup_ratio: Annotated[float, typer.Option(min=0.0, max=1.0, help="Linear warm-up over this fraction of the "
+                                                "steps, then --scheduler.", rich_help_panel=OPTIM)] = CD.warmup_ratio,
+    scheduler: Annotated[str, typer.Option(help="transformers' scheduler name: cosine, linear, constant...",
+                                           rich_help_panel=OPTIM)] = CD.scheduler,
+    max_grad_norm: Annotated[float, typer.Option(min=0.0, help="Gradient clipping.", rich_help_panel=OPTIM)
+                             ] = CD.max_grad_norm,
+    max_length: Annotated[int, typer.Option(min=0, help="Truncate sequences to this many tokens (0: never; a cut "
+                                            "inside the image tokens fails).", rich_help_panel=OPTIM)
+                          ] = CD.max_length,
+    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in the backward pass: less "
+                                      "memory.", rich_help_panel=OPTIM)] = CD.gradient_checkpointing,
+    cache_images: Annotated[bool, typer.Option("--cache-images", help="Decode each image file once and keep it in "
+                                               "memory instead of re-reading it for every batch: width x height x 3 "
+                                               "bytes a distinct frame (0.7 MB at 640x360, 6.2 MB at 1920x1080) "
+                                               "in each process, for the whole run.", rich_help_panel=DATA)
+                    ] = CD.cache_images,
+    eval_every: Annotated[int, typer.Option(min=1, help="Held-out evaluation every N steps.", rich_help_panel=RUN)
+                          ] = CD.eval_every,
+    save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.", rich_help_panel=RUN)
+                          ] = CD.save_every,
+    log_every: Annotated[int, typer.Option(min=1, help="Train loss line every N steps.", rich_help_panel=RUN)
+                         ] = CD.log_every,
+    keep_checkpoints: Annotated[int, typer.Option(min=1, help="Checkpoints kept (the newest).",
+                                                  rich_help_panel=RUN)] = CD.keep_checkpoints,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --output.",
+                                         rich_help_panel=RUN)] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --output.",
+                                            rich_help_panel=RUN)] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (a launcher gives each process its GPU).",
+                                        rich_help_panel=RUN)] = CD.device,
+    seed: Annotated[int, typer.Option(help="Seed of the data order and LoRA's initialisation.", rich_help_panel=RUN)
+                    ] = CD.seed,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=RUN)] = False,
+) -> None:
+    from vi.pipelines.progresscaptioner.train_captioner import run_training
+
+    def body() -> None:
+        config = CaptionerTrainConfig(
+            output=output, data=data, method=method, model=model, val=val, lr=lr, vision_lr=vision_lr, beta=beta,
+            lora=lora, lora_rank=lora_rank, lora_alpha=lora_alpha, epochs=epochs, max_steps=max_steps,
+            batch_size=batch_size, eval_batch_size=batch_size, grad_accum=grad_accum, weight_decay=weight_decay,
+            warmup_ratio=warmup_ratio, scheduler=scheduler, max_grad_norm=max_grad_norm, max_length=max_length,
+            gradient_checkpointing=gradient_checkpointing, cache_images=cache_images, eval_every=eval_every,
+            save_every=save_every, log_every=log_every, keep_checkpoints=keep_checkpoints, resume=resume,
+            overwrite=overwrite, device=device, seed=seed, quiet=quiet)
+        run_training(config)
+
+    run_command("train captioner", body)
