@@ -21,6 +21,10 @@ One run (about 8 minutes on 2 CPU cores) measures:
 - caption-frames (ProgressCaptioner): sequences per second, 8 per generate call vs one per call
   as the official inference script does, on a tiny random Qwen2-VL (on the GPU when there is
   one), and whether both give the same greedy replies (`caption_bench`).
+- train captioner (ProgressCaptioner's SFT and DPO with TRL): training samples per second with
+  --cache-images (each frame decoded once) vs re-reading every 640x360 JPEG for every batch, on a
+  tiny random LLaVA-OneVision on the CPU, and the share of a DPO step spent in the reference
+  forward (TRL 1.16 has no precomputed reference log-probs for vision data) (`train_bench`).
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -53,6 +57,7 @@ from vi.evaluation.bench.llm_server import bench_llm_server, llm_server_rows
 from vi.evaluation.bench.stepdiff import bench_stepdiff
 from vi.core.devices import best_device
 from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, caption_bench_rows
+from vi.evaluation.progresscaptioner.train_bench import bench_train_captioner, train_bench_rows
 from vi.evaluation.bench.tools import (
     Row,
     Sample,
@@ -368,6 +373,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
                      "caption_frames"):
             results["caption_frames"] = bench_caption_frames("qwen2_vl", device=best_device())
+        with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
+                     "train_captioner"):
+            results["train_captioner"] = bench_train_captioner(work=work)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -379,7 +387,8 @@ def all_rows(results: dict) -> list[Row]:
             + [Row(**row) for row in results["align_frames"]]
             + extract_steps_rows(results["extract_steps"])
             + [Row(**row) for row in results["stepdiff"]]
-            + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"]))
+            + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
+            + train_bench_rows(results["train_captioner"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
