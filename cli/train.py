@@ -17,6 +17,17 @@ app.add_typer(train_app, name="train", help="Train models: StepDiff's video-cond
               "ProgressCaptioner's VLM (SFT, then DPO).")
 
 DATA, OPTIM, MODEL, RUN = "Data", "Optimisation", "Model", "Run"
+# The run options both trainers share (each command gives its own default).
+EvalEvery = Annotated[int, typer.Option(min=1, help="Held-out evaluation every N steps.", rich_help_panel=RUN)]
+SaveEvery = Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.", rich_help_panel=RUN)]
+LogEvery = Annotated[int, typer.Option(min=1, help="Train loss line every N steps.", rich_help_panel=RUN)]
+KeepCheckpoints = Annotated[int, typer.Option(min=1, help="Checkpoints kept (the newest).", rich_help_panel=RUN)]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --output.",
+                                      rich_help_panel=RUN)]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --output (its checkpoints and "
+                                         "log).", rich_help_panel=RUN)]
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda (a launcher gives each process its GPU).",
+                                     rich_help_panel=RUN)]
 DEFAULTS = TrainConfig(output=Path("."))
 HELP = (
     "Train StepDiff's projector (a Perceiver resampler + linear head) between frozen video features and a "
@@ -88,20 +99,13 @@ def stepdiff_command(
                                "fp16.", rich_help_panel=OPTIM)] = "auto",
     gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute the LLM's activations in the backward "
                                       "pass: less memory for long sequences.", rich_help_panel=OPTIM)] = False,
-    eval_every: Annotated[int, typer.Option(min=1, help="Held-out loss every N steps.", rich_help_panel=RUN)
-                          ] = DEFAULTS.eval_every,
-    save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.", rich_help_panel=RUN)
-                          ] = DEFAULTS.save_every,
-    log_every: Annotated[int, typer.Option(min=1, help="Train loss line every N steps.", rich_help_panel=RUN)
-                         ] = DEFAULTS.log_every,
-    keep_checkpoints: Annotated[int, typer.Option(min=1, help="Checkpoints kept (the newest).",
-                                                  rich_help_panel=RUN)] = DEFAULTS.keep_checkpoints,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --output.",
-                                         rich_help_panel=RUN)] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --output (its checkpoints "
-                                            "and log).", rich_help_panel=RUN)] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda (a launcher gives each process its GPU).",
-                                        rich_help_panel=RUN)] = "auto",
+    eval_every: EvalEvery = DEFAULTS.eval_every,
+    save_every: SaveEvery = DEFAULTS.save_every,
+    log_every: LogEvery = DEFAULTS.log_every,
+    keep_checkpoints: KeepCheckpoints = DEFAULTS.keep_checkpoints,
+    resume: Resume = False,
+    overwrite: Overwrite = False,
+    device: Device = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the projector's initialisation and the data order.",
                                       rich_help_panel=RUN)] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=RUN)] = False,
@@ -197,20 +201,13 @@ def captioner_command(
                                                "bytes a distinct frame (0.7 MB at 640x360, 6.2 MB at 1920x1080) "
                                                "in each process, for the whole run.", rich_help_panel=DATA)
                     ] = CD.cache_images,
-    eval_every: Annotated[int, typer.Option(min=1, help="Held-out evaluation every N steps.", rich_help_panel=RUN)
-                          ] = CD.eval_every,
-    save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps.", rich_help_panel=RUN)
-                          ] = CD.save_every,
-    log_every: Annotated[int, typer.Option(min=1, help="Train loss line every N steps.", rich_help_panel=RUN)
-                         ] = CD.log_every,
-    keep_checkpoints: Annotated[int, typer.Option(min=1, help="Checkpoints kept (the newest).",
-                                                  rich_help_panel=RUN)] = CD.keep_checkpoints,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --output.",
-                                         rich_help_panel=RUN)] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --output.",
-                                            rich_help_panel=RUN)] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda (a launcher gives each process its GPU).",
-                                        rich_help_panel=RUN)] = CD.device,
+    eval_every: EvalEvery = CD.eval_every,
+    save_every: SaveEvery = CD.save_every,
+    log_every: LogEvery = CD.log_every,
+    keep_checkpoints: KeepCheckpoints = CD.keep_checkpoints,
+    resume: Resume = False,
+    overwrite: Overwrite = False,
+    device: Device = CD.device,
     seed: Annotated[int, typer.Option(help="Seed of the data order and LoRA's initialisation.", rich_help_panel=RUN)
                     ] = CD.seed,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=RUN)] = False,
