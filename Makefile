@@ -11,7 +11,7 @@ OUT ?= out
 PYTEST_ARGS ?=
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
-	stepdiff-baselines stepdiff-model progresscaptioner-demo test test-fast bench wheel-check clean help
+	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
@@ -20,6 +20,7 @@ help:
 	@echo "make stepdiff-baselines   then vi predict (Socratic) + vi eval on a benchmark of those clips"
 	@echo "make stepdiff-model   then vi encode-videos | vi train stepdiff, vi ask, vi predict + vi eval"
 	@echo "make progresscaptioner-demo   vi frames | caption-frames | judge progression | judge match, eval framecap, keyframes"
+	@echo "make progresscaptioner-train   the two-stage SFT + DPO recipe (vi captioner-data, vi train captioner)"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -164,6 +165,21 @@ progresscaptioner-demo: $(STAMPS)/install
 	  t = json.load(open('$(PROGRESS)/sample/progress.json')); \
 	  print('keyframes: frames', [k['index'] for k in r.get('keyframes', [])], 'of', len(r.get('frames', [])), \
 	        'frames; true stages start at frames', t['distinct_frames'])"
+
+# ProgressCaptioner's two-stage training recipe on the same kind of samples (cli/examples/
+# progresscaptioner_recipe.sh says each step): stage-I pair data from K captioners and the judges -> SFT ->
+# DPO -> the stage-I model captions the sequences beside the others -> stage-II data -> SFT -> DPO ->
+# vi eval framecap on measure sequences. BASE_VLM empty: a tiny random LLaVA-OneVision (no VLM weights here),
+# so the chain runs for real but the model learns little; on a GPU give BASE_VLM=llava-hf/llava-onevision-
+# qwen2-7b-ov-hf, real CAPTIONERS, and VI_STAGE_ARGS="--device cuda".
+PROGRESS_TRAIN := $(OUT)/progress_train
+PROGRESS_TRAIN_SEQUENCES ?= 10
+progresscaptioner-train: $(STAMPS)/install
+	$(BIN)/python -m vi.evaluation.progresscaptioner.samples $(PROGRESS_TRAIN)/sample $(PROGRESS_TRAIN_SEQUENCES)
+	VI=$(VI) PYTHON=$(BIN)/python JUDGE_LLM="$${JUDGE_LLM:-$(PROGRESS_LLM)}" \
+	  cli/examples/progresscaptioner_recipe.sh $(PROGRESS_TRAIN)/sample $(PROGRESS_TRAIN)
+	@$(BIN)/python -c "import json; r = json.load(open('$(PROGRESS_TRAIN)/framecap.json')); \
+	  print(json.dumps(r.get('rows', r), indent=1)[:1500])"
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

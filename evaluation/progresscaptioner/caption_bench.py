@@ -168,5 +168,10 @@ if __name__ == "__main__":
     import json
     import sys
 
-    for name in sys.argv[1:] or ["qwen2_vl"]:
-        print(json.dumps(bench_caption_frames(name)))
+    # python -m vi.evaluation.progresscaptioner.caption_bench [ARCH ...]     the bench
+    # python -m vi.evaluation.progresscaptioner.caption_bench tiny ARCH DIR  a tiny random VLM (the recipe's base)
+    if sys.argv[1:2] == ["tiny"] and len(sys.argv) == 4:
+        print(build_tiny_vlm(sys.argv[2], Path(sys.argv[3])))
+    else:
+        for name in sys.argv[1:] or ["qwen2_vl"]:
+            print(json.dumps(bench_caption_frames(name)))
