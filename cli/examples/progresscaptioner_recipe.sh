@@ -21,9 +21,11 @@
 #                (they are kept as `missing`, --missing keep), so its own stage-II samples are few or none.
 #   CAPTIONERS   the other captioners, space-separated FIELD=VLM[:ARGS] entries; ARGS are extra vi
 #                caption-frames options joined by commas. Default: three offline captioners made from the
-#                embedded models (marked offline-imagenet-labels in the records), one sensible (view change
-#                above 0.15), one that claims change where there is none (0.02: temporal hallucination, the
-#                paper's failure mode) and one blind to change (0.9): the judges should reject the last two.
+#                embedded models (marked offline-imagenet-labels in the records): one sensible (3 labels, view
+#                change above 0.15), one that claims change where there is none (0.02: temporal hallucination)
+#                and one too coarse to tell frames apart (1 label): the paper's two failure modes. Measured on
+#                the samples, caption matching separates the coarse one on some pairs (DPO pairs) while the
+#                1.5 B judge says "change" on every pair, so the hallucinating one passes.
 #                On a GPU: e.g. "captions_qwen=Qwen/Qwen2-VL-7B-Instruct captions_ov=openai:ov@http://...".
 #   JUDGE_LLM    the progression judge(s), space-separated --llm values (default qwen2.5-coder-1.5b;
 #                SmolLM2-135M answers C on every pair, measured, so nothing would pass).
@@ -38,7 +40,7 @@ out=${2:?usage: progresscaptioner_recipe.sh SAMPLE_DIR OUT_DIR}
 vi=${VI:-vi}
 py=${PYTHON:-python}
 read -r -a extra <<< "${VI_STAGE_ARGS:-}"
-read -r -a captioners <<< "${CAPTIONERS:-captions_offline=offline:--change-threshold,0.15 captions_eager=offline:--change-threshold,0.02 captions_blind=offline:--change-threshold,0.9}"
+read -r -a captioners <<< "${CAPTIONERS:-captions_offline=offline:--change-threshold,0.15 captions_eager=offline:--change-threshold,0.02 captions_coarse=offline:--top-k,1}"
 judges=()
 for llm in ${JUDGE_LLM:-qwen2.5-coder-1.5b}; do judges+=(--llm "$llm"); done
 read -r -a train_extra <<< "${TRAIN_ARGS:-}"
