@@ -301,24 +301,23 @@ def add_record(record: dict, config: CaptionerDataConfig, writer: DatasetWriter,
     for name in chosen:
         sample = {"id": f"{record['id']}:{name}", **common, "completion": turn("assistant", text[name]),
                   "captioner": {"field": name, "model": record[name].get("model")}}
-        if writer.add("sft", sample, (tuple(images), text[name])):
-            summary.sft += 1
-            summary.count(source, f"SFT {kind}s")
-            summary.count(source, common["split"])
-            wrote = True
-        else:
-            summary.duplicates["sft"] += 1
+        wrote |= keep(writer, summary, "sft", sample, (tuple(images), text[name]))
     for good, bad in dpo_combinations(record["id"], combos, config):
         sample = {"id": f"{record['id']}:{good}>{bad}", **common, "chosen": turn("assistant", text[good]),
                   "rejected": turn("assistant", text[bad]), "captioners": {"chosen": good, "rejected": bad}}
-        if writer.add("dpo", sample, (tuple(images), text[good], text[bad])):
-            summary.dpo += 1
-            summary.count(source, f"DPO {kind}s")
-            summary.count(source, common["split"])
-            wrote = True
-        else:
-            summary.duplicates["dpo"] += 1
+        wrote |= keep(writer, summary, "dpo", sample, (tuple(images), text[good], text[bad]))
     summary.used += wrote
+
+
+def keep(writer: "DatasetWriter", summary: "Summary", which: str, sample: dict, key: tuple) -> bool:
+    """Write `sample` to `which` (sft | dpo) unless `key` was written before; count it either way."""
+    if not writer.add(which, sample, key):
+        summary.duplicates[which] += 1
+        return False
+    setattr(summary, which, getattr(summary, which) + 1)
+    summary.count(sample["source"], f"{which.upper()} {sample['kind']}s")
+    summary.count(sample["source"], sample["split"])
+    return True
 
 
 def build_dataset(records, out: Path, config: CaptionerDataConfig, on_record=None) -> Summary:
