@@ -9,6 +9,12 @@ VI := $(BIN)/vi
 STAMPS := $(VENV)/.stamps
 OUT ?= out
 PYTEST_ARGS ?=
+# The suite runs in TEST_WORKERS pytest-xdist processes (one per core, at most 4: each may hold a
+# 1.5 B LLM), a test file per worker so a module's fixtures are built once; tests/conftest.py pins
+# each worker to its share of the cores, so its models' threads do not fight the other's.
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
 	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train test test-fast bench wheel-check clean help
@@ -201,10 +207,10 @@ showhowto-dataset: $(STAMPS)/install
 	@echo "dataset: $(OUT)/dataset (prompts.json + imgseqs*/); records: $(OUT)/aligned.jsonl"
 
 test: $(STAMPS)/install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-fast: $(STAMPS)/install
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 bench: sample
 	$(BIN)/python -m vi.evaluation.bench.run --sample $(OUT)/sample --out $(OUT)/bench

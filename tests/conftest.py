@@ -11,6 +11,26 @@ from pathlib import Path
 
 import pytest
 
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (`make test`), give each worker its own share of the cores, inherited by
+    the `vi` processes its tests start: llama.cpp and torch then size their thread pools to that
+    share (core.devices.usable_cpus reads the affinity), where two workers each using every core
+    would make their threads wait on each other."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index, count = int(worker.removeprefix("gw")), int(count)
+    if count > len(cores):
+        return
+    mine = cores[index::count]
+    os.sched_setaffinity(0, mine)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(len(mine))
+
+
+_pin_xdist_worker()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 BIN = Path(sys.executable).parent
