@@ -17,7 +17,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
-	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train test test-fast bench wheel-check clean help
+	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train showhowto-generator test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
@@ -27,6 +27,7 @@ help:
 	@echo "make stepdiff-model   then vi encode-videos | vi train stepdiff, vi ask, vi predict + vi eval"
 	@echo "make progresscaptioner-demo   vi frames | caption-frames | judge progression | judge match, eval framecap, keyframes"
 	@echo "make progresscaptioner-train   the two-stage SFT + DPO recipe (vi captioner-data, vi train captioner)"
+	@echo "make showhowto-generator   ShowHowTo's generator: vi train showhowto, vi generate, vi eval showhowto (tiny model)"
 	@echo "make test    set up if needed, then run the whole test suite (slow tests included)"
 	@echo "make bench   benchmarks: vi stages against the raw libraries, as ratios"
 	@echo "make install / install-models-extra / clean"
@@ -186,6 +187,32 @@ progresscaptioner-train: $(STAMPS)/install
 	  cli/examples/progresscaptioner_recipe.sh $(PROGRESS_TRAIN)/sample $(PROGRESS_TRAIN)
 	@$(BIN)/python -c "import json; r = json.load(open('$(PROGRESS_TRAIN)/framecap.json')); \
 	  print(json.dumps(r.get('rows', r), indent=1)[:1500])"
+
+# ShowHowTo's generator end to end on the three how-to samples: a dataset of their frames at their
+# annotated steps (vi align-frames | vi export showhowto; make demo shows the LLM stages that find the
+# steps), a tiny random generator at 32x32 (no diffusion, CLIP or DINOv2 weights reach this machine),
+# vi train showhowto, vi generate of every sequence from its first frame, then vi eval showhowto of the
+# result and of the copy / random / source baselines (offline: the embedded models stand in for
+# DFN-CLIP and DINOv2). A smoke run of the whole path: three videos teach a tiny model nothing general.
+GENERATOR := $(OUT)/showhowto-generator
+GENERATOR_STEPS ?= 200
+showhowto-generator: sample
+	@mkdir -p $(GENERATOR)
+	$(BIN)/python -m vi.evaluation.showhowto.generator_tiny steps $(OUT)/sample \
+	  | $(VI) align-frames --frames-dir $(GENERATOR)/frames -q \
+	  | $(VI) export showhowto --out $(GENERATOR)/dataset --overwrite
+	$(BIN)/python -m vi.evaluation.showhowto.generator_tiny model $(GENERATOR)/tiny --size 32
+	$(VI) train showhowto --data $(GENERATOR)/dataset --model $(GENERATOR)/tiny -o $(GENERATOR)/run \
+	  --overwrite --steps $(GENERATOR_STEPS) --batch-size 2 --lr 1e-3 --warmup-steps 0 --max-frames 4 \
+	  --cache-latents --eval-every 50 --save-every 100 -q
+	$(VI) generate --dataset $(GENERATOR)/dataset --model $(GENERATOR)/run --out $(GENERATOR)/generated \
+	  --steps 20 -o $(GENERATOR)/generated.jsonl --overwrite -q
+	$(VI) eval showhowto --dataset $(GENERATOR)/dataset --generated $(GENERATOR)/generated.jsonl \
+	  > $(GENERATOR)/scores.json
+	for method in copy random source; do \
+	  $(VI) eval showhowto --dataset $(GENERATOR)/dataset --method $$method > $(GENERATOR)/scores.$$method.json; \
+	done
+	@echo "generated: $(GENERATOR)/generated/*/strip.jpg; scores: $(GENERATOR)/scores*.json"
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

@@ -35,9 +35,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 def _register() -> None:
     # Imported for their side effect of adding commands; each is cheap to import.
     from vi.cli import (  # noqa: F401
-        align_frames, ask, caption_frames, captioner_data, clips, describe, encode_videos, evaluate, export,
-        extract_steps, filter_instructional, frames, judge, keyframes, models, pair, pair_qa, predict, probe, train,
-        transcribe)
+        align_frames, ask, caption_frames, captioner_data, clips, describe, encode_videos, eval_showhowto, evaluate,
+        export, extract_steps, filter_instructional, frames, generate, judge, keyframes, models, pair, pair_qa, predict,
+        probe, train, train_showhowto, transcribe)
 
 
 def _forward_to_editor(argv: list[str]) -> None:

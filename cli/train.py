@@ -14,6 +14,7 @@ from vi.pipelines.stepdiff.train import TrainConfig
 train_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
                         context_settings={"help_option_names": ["-h", "--help"]})
 app.add_typer(train_app, name="train", help="Train models: StepDiff's video-conditioned LLM (projector only); "
+              "ShowHowTo's generator; "
               "ProgressCaptioner's VLM (SFT, then DPO).")
 
 DATA, OPTIM, MODEL, RUN = "Data", "Optimisation", "Model", "Run"

@@ -31,6 +31,21 @@ def _pin_xdist_worker() -> None:
 
 _pin_xdist_worker()
 
+# The longest test files (minutes each: real LLMs, training), run first. pytest-xdist hands files out
+# in collection order, so a long file collected last would run alone at the end while the other
+# worker idles: longest first keeps both busy to the end.
+LONGEST_FIRST = ("stepdiff/test_stepdiff_demo.py", "showhowto/test_showhowto_dataset.py", "showhowto/test_generator.py",
+                 "showhowto/test_llm_stages.py", "stepdiff/test_stepdiff_model.py", "stepdiff/test_predict.py",
+                 "stepdiff/test_ask_predict.py", "stepdiff/test_pair_qa.py", "stepdiff/test_train_reproducible.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0].removeprefix("tests/")
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside a file, and of the other files, stays
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 BIN = Path(sys.executable).parent

@@ -58,6 +58,7 @@ from vi.evaluation.bench.stepdiff import bench_stepdiff
 from vi.core.devices import best_device
 from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, caption_bench_rows
 from vi.evaluation.progresscaptioner.train_bench import bench_train_captioner, train_bench_rows
+from vi.evaluation.showhowto.generator_bench import bench_generator, generator_bench_rows
 from vi.evaluation.bench.tools import (
     Row,
     Sample,
@@ -376,6 +377,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
                      "train_captioner"):
             results["train_captioner"] = bench_train_captioner(work=work)
+        with section("j. ShowHowTo generator: batched generation, cached latents (tiny model)", results,
+                     "generator"):
+            results["generator"] = bench_generator(work=work)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -388,7 +392,7 @@ def all_rows(results: dict) -> list[Row]:
             + extract_steps_rows(results["extract_steps"])
             + [Row(**row) for row in results["stepdiff"]]
             + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
-            + train_bench_rows(results["train_captioner"]))
+            + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from vi.core.progress import log, make_progress, stderr
 from vi.core.seeding import seed_everything
+from vi.core.training import make_accelerator
 from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, held_out
 from vi.pipelines.stepdiff.model import StepDiffModel
 from vi.pipelines.stepdiff.prompt import Sequence
@@ -344,24 +345,6 @@ def _claim_output(config: TrainConfig, remove: bool = True) -> None:
         shutil.rmtree(config.output / CHECKPOINTS, ignore_errors=True)
         (config.output / LOG).unlink(missing_ok=True)
     config.output.mkdir(parents=True, exist_ok=True)
-
-
-def make_accelerator(device: str = "auto", mixed_precision: str = "auto"):
-    """accelerate's Accelerator: one process here, or one per GPU under accelerate launch/torchrun.
-    auto precision: bf16 on GPUs that have it, else fp16 on GPU; none on CPU."""
-    from accelerate import Accelerator
-
-    cpu = device == "cpu" or not torch.cuda.is_available()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no cuda device is available here")
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"--device for training is auto, cpu or cuda (the process's GPU comes from the "
-                         f"launcher), got {device!r}")
-    if mixed_precision == "auto":
-        mixed_precision = "no" if cpu else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
-    if mixed_precision not in ("no", "bf16", "fp16"):
-        raise ValueError(f"--mixed-precision must be auto, no, bf16 or fp16, got {mixed_precision!r}")
-    return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
 
 
 def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[Path], mixed_precision: str = "auto"
