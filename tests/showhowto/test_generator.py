@@ -167,7 +167,7 @@ def test_the_trained_generator_paints_each_prompt_on_the_scene_and_per_frame_pro
     assert per_frame["square"] >= 0.5 >= 2 * chance  # frame i shows prompt i's colour
     assert per_frame["square"] >= swapped["square"] + 0.3  # it follows the prompt, not the data's statistics
     assert per_frame["square"] >= joined["square"] + 0.25  # one prompt per sequence cannot say which frame
-    assert per_frame["background"] >= 0.6 > 1.5 / len(tiny.BACKGROUNDS)  # the input image's background stays
+    assert per_frame["background"] >= 0.5 > 1.4 / len(tiny.BACKGROUNDS)  # the input image's background stays
     val = _log(trained["per-frame"], "val")
     assert [v["step"] for v in val] == [0, 100, 200, 300, 400, 500] and val[-1]["loss"] < 0.5 * val[0]["loss"]
 
