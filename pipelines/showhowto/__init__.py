@@ -5,5 +5,7 @@ Instructions", CVPR 2025), Sec. 3: mining image-text step sequences from narrate
 times of the narration lines that state them), `align_frames` (one frame per step, in temporal
 order, by an exact order-preserving DP over frame-text scores), and `export` with
 `export_writers` (the release's `prompts.json` + image-strip layout, or webdataset shards).
-The generator of Sec. 4 (model, training, generation) will live here too.
+The generator of Sec. 4: `generator_model` (its library parts and the per-frame prompt processor),
+`generator` (loss, guided DDIM sampling), `generator_data` (the dataset and prompt-file readers),
+`train_generator` (vi train showhowto), `generate` (vi generate), `generator_convert` (real weights).
 """
