@@ -11,6 +11,7 @@ from vi.cli.stage import stage_command
 from vi.core.records import count_file, read_records
 from vi.core.stream import Stage, StreamOptions, run_stage
 from vi.pipelines.showhowto import generate as gen
+from vi.pipelines.showhowto.generator_data import parse_prompt_file_line
 
 
 @stage_command(
@@ -59,7 +60,7 @@ def generate_command(
     if prompt_file is not None:
         lines = prompt_file.read_text().splitlines()
         records = [{**r, "id": f"{r['id']}:{n}"} for n, line in enumerate(lines, 1)
-                   if (r := gen.parse_prompt_line(line, image_root or prompt_file.parent))]
+                   if (r := parse_prompt_file_line(line, image_root or prompt_file.parent))]
         total = lambda: len(records)  # noqa: E731
     elif dataset is not None:
         records = gen.dataset_records(dataset, out / "inputs")

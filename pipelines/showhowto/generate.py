@@ -25,7 +25,6 @@ from vi.core.errors import RecordError
 from vi.core.records import Record
 from vi.core.seeding import record_seed
 from vi.pipelines.showhowto.export_writers import safe_key
-from vi.pipelines.showhowto.generator_data import parse_prompt_file_line as parse_prompt_line  # noqa: F401
 
 STAGE = "generate"
 
