@@ -1,6 +1,11 @@
-"""Training runs' shared plumbing: the accelerate set-up every trainer uses."""
+"""Training runs' shared plumbing: the accelerate set-up, checkpoint folders put in place whole, and a
+log cut back to a resumed step."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import torch
 
@@ -21,3 +26,19 @@ def make_accelerator(device: str = "auto", mixed_precision: str = "auto"):
     if mixed_precision not in ("no", "bf16", "fp16"):
         raise ValueError(f"--mixed-precision must be auto, no, bf16 or fp16, got {mixed_precision!r}")
     return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
+
+
+def publish_checkpoint(partial: Path, final: Path, keep: int) -> None:
+    """Rename a fully written checkpoint folder into place, then delete all but the `keep` newest
+    `step-*` folders beside it (names sort by step)."""
+    shutil.rmtree(final, ignore_errors=True)
+    partial.replace(final)
+    for old in sorted(final.parent.glob("step-*"))[:-max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def trim_log(path: Path, step: int) -> None:
+    """Drop the JSONL log lines after `step`, so a resumed run's log reads as one run."""
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in kept))

@@ -36,6 +36,7 @@ import torch
 
 from vi.core.progress import log, make_progress, stderr
 from vi.core.seeding import record_seed, seed_everything
+from vi.core.training import publish_checkpoint, trim_log
 from vi.pipelines.showhowto.generator import ShowHowToGenerator
 from vi.pipelines.showhowto.generator_data import DatasetSequence, read_dataset
 from vi.pipelines.showhowto.generator_model import CONFIG, FROZEN, TRAINED, load_parts, save_parts
@@ -226,10 +227,7 @@ class Trainer:
         torch.save(self.scheduler.state_dict(), training / "scheduler.pt")
         (training / STATE).write_text(json.dumps({"step": self.step, "window": self.window,
                                                   "config": self.config.as_json()}, indent=1) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        partial.replace(final)
-        for old in sorted(root.glob("step-*"))[:-max(1, self.config.keep_checkpoints)]:
-            shutil.rmtree(old, ignore_errors=True)
+        publish_checkpoint(partial, final, self.config.keep_checkpoints)
 
     def _trainable_state(self) -> dict:
         return {"unet": self.g.unet.state_dict(), "image_proj": self.g.image_proj.state_dict()}
@@ -258,10 +256,8 @@ class Trainer:
         self.optimizer.load_state_dict(torch.load(training / "optimizer.pt", map_location="cpu"))
         self.scheduler.load_state_dict(torch.load(training / "scheduler.pt", map_location="cpu"))
         self.step, self.window = int(state["step"]), list(state.get("window", [0.0, 0]))
-        if self.accelerator.is_main_process and self.log_path.is_file():  # one run, one log
-            kept = [line for line in self.log_path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= self.step]
-            self.log_path.write_text("".join(line + "\n" for line in kept))
+        if self.accelerator.is_main_process:  # one run, one log
+            trim_log(self.log_path, self.step)
 
     def write_log(self, entry: dict) -> None:
         if self.accelerator.is_main_process:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from vi.core.progress import log, make_progress, stderr
 from vi.core.seeding import seed_everything
-from vi.core.training import make_accelerator
+from vi.core.training import make_accelerator, publish_checkpoint, trim_log
 from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, held_out
 from vi.pipelines.stepdiff.model import StepDiffModel
 from vi.pipelines.stepdiff.prompt import Sequence
@@ -137,10 +137,8 @@ class Trainer:
         scaler = getattr(self.accelerator, "scaler", None)
         if scaler is not None and (checkpoint / "scaler.pt").is_file():  # fp16: the loss scale and its history
             scaler.load_state_dict(torch.load(checkpoint / "scaler.pt", map_location="cpu"))
-        if self.accelerator.is_main_process and self.log_path.is_file():  # one run, one log
-            kept = [line for line in self.log_path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= self.step]
-            self.log_path.write_text("".join(line + "\n" for line in kept))
+        if self.accelerator.is_main_process:  # one run, one log
+            trim_log(self.log_path, self.step)
 
     def _same_model(self, checkpoint: Path) -> None:
         """--init-from: the other run's projector must sit between the same encoder and LLM."""
@@ -175,10 +173,7 @@ class Trainer:
         (partial / STATE).write_text(json.dumps({"step": self.step, "data": self.mixture.state(),
                                                  "window": self.window,
                                                  "config": self.config.as_json()}, indent=1) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        partial.replace(final)
-        for old in sorted(root.glob("step-*"))[:-max(1, self.config.keep_checkpoints)]:  # newest last
-            shutil.rmtree(old, ignore_errors=True)
+        publish_checkpoint(partial, final, self.config.keep_checkpoints)
 
     def write_log(self, entry: dict) -> None:
         if self.accelerator.is_main_process:
