@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each worker to its share of the cores, so its models' threads do not fight the other's.
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
-TEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+TEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
 	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train showhowto-generator test test-fast bench wheel-check clean help
@@ -36,13 +36,15 @@ install: $(STAMPS)/install
 
 # System packages: ffmpeg (media), espeak-ng (makes the narrated sample), pocketsphinx test
 # clips (real narrated audio for the tests), opencv-doc (real photos for the how-to
-# samples). Installed with apt only when missing and root.
+# samples), chromium (vi view's browser tests; they skip without it). Installed with apt only
+# when missing and root.
 system-deps:
 	@missing=""; \
 	for cmd in ffmpeg:ffmpeg ffprobe:ffmpeg espeak-ng:espeak-ng; do \
 	  command -v $${cmd%%:*} >/dev/null || missing="$$missing $${cmd##*:}"; done; \
 	[ -d /usr/share/pocketsphinx/test/data/librivox ] || missing="$$missing pocketsphinx-testdata"; \
 	[ -f /usr/share/doc/opencv-doc/examples/data/orange.jpg ] || missing="$$missing opencv-doc"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing system packages:$$missing"; \
@@ -77,6 +79,9 @@ demo: sample
 	  --output $(DEMO)/steps.jsonl --overwrite
 	$(VI) export showhowto --input $(DEMO)/steps.jsonl --out $(DEMO)/showhowto --overwrite
 	@$(BIN)/python -m vi.evaluation.demo.show_steps $(DEMO)/steps.jsonl $(DEMO)/showhowto
+	@echo "== vi view: the steps, their frames and the transcript, as a page"
+	@$(VI) view $(DEMO)/steps.jsonl -o $(DEMO)/report -q --title "make demo: ShowHowTo steps" \
+	  | sed 's|^|report: open |'
 
 # StepDiff on the samples: the clips of one keystep in two videos (fruit_salad and
 # fruit_salad_peeler: another fruit, another tool), described, paired across the videos and
@@ -104,6 +109,8 @@ stepdiff-demo: sample
 	  | $(VI) pair | tee $(STEPDIFF)/pairs.jsonl \
 	  | $(VI) pair-qa --model $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
 	@$(BIN)/python -m vi.evaluation.demo.show_pairs $(STEPDIFF)/pair_qa.jsonl
+	@$(VI) view $(STEPDIFF)/pair_qa.jsonl $(STEPDIFF)/described.jsonl -o $(STEPDIFF)/report -q \
+	  --title "make stepdiff-demo: pairs and clips" | sed 's|^|report: open |'
 
 # The Socratic baseline end to end on a benchmark of the demo's clips whose differences are
 # known (evaluation/stepdiff/sample_benchmark.py): vi predict writes official-format predictions
@@ -172,6 +179,8 @@ progresscaptioner-demo: $(STAMPS)/install
 	  t = json.load(open('$(PROGRESS)/sample/progress.json')); \
 	  print('keyframes: frames', [k['index'] for k in r.get('keyframes', [])], 'of', len(r.get('frames', [])), \
 	        'frames; true stages start at frames', t['distinct_frames'])"
+	@$(VI) view $(PROGRESS)/judged.jsonl $(PROGRESS)/keyframes.jsonl -o $(PROGRESS)/report -q \
+	  --title "make progresscaptioner-demo: captions, judges, keyframes" | sed 's|^|report: open |'
 
 # ProgressCaptioner's two-stage training recipe on the same kind of samples (cli/examples/
 # progresscaptioner_recipe.sh says each step): stage-I pair data from K captioners and the judges -> SFT ->
@@ -213,6 +222,8 @@ showhowto-generator: sample
 	  $(VI) eval showhowto --dataset $(GENERATOR)/dataset --method $$method > $(GENERATOR)/scores.$$method.json; \
 	done
 	@echo "generated: $(GENERATOR)/generated/*/strip.jpg; scores: $(GENERATOR)/scores*.json"
+	@$(VI) view $(GENERATOR)/generated.jsonl -o $(GENERATOR)/report -q --title "make showhowto-generator" \
+	  | sed 's|^|report: open |'
 
 demo-transcribe: sample
 	$(VI) probe $(OUT)/sample/tea.mp4 | $(VI) transcribe --output $(DEMO)/transcripts.jsonl --overwrite

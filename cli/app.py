@@ -37,7 +37,7 @@ def _register() -> None:
     from vi.cli import (  # noqa: F401
         align_frames, ask, caption_frames, captioner_data, clips, describe, encode_videos, eval_showhowto, evaluate,
         export, extract_steps, filter_instructional, frames, generate, judge, keyframes, models, pair, pair_qa, predict,
-        probe, train, train_showhowto, transcribe)
+        probe, train, train_showhowto, transcribe, view)
 
 
 def _forward_to_editor(argv: list[str]) -> None:

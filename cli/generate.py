@@ -20,7 +20,8 @@ from vi.pipelines.showhowto.generator_data import parse_prompt_file_line
     reads="[cyan]image[/cyan] (the scene's path) and [cyan]prompts[/cyan] = [description of the scene, step 1, "
           "..., step n] (n >= 1, at most the model's max frames - 1); or --prompt-file (the release's "
           "image|prompt|prompt|... lines), or --dataset (a vi export showhowto folder: each sequence's first "
-          "frame is the scene, as in ShowHowTo's test protocol).",
+          "frame is the scene, as in ShowHowTo's test protocol; its records keep key, title, video and "
+          "source_strip, the sequence's own strip).",
     writes="[cyan]generated[/cyan] = {frames: [OUT/KEY/stepNN.jpg], strip: OUT/KEY/strip.jpg (the scene, then the "
            "steps), seed, steps, guidance: {text, image}, model}; each record's folder is written whole or not "
            "at all. The seed of a record is (--seed, id).",

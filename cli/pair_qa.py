@@ -48,7 +48,7 @@ def prompt_overrides(specs: list[str], types: tuple[int, ...]) -> tuple[tuple[in
     writes="[cyan]qa[/cyan] = [{type, q, a}], the QA the filter kept (type 1: differences, "
            "2: \"Which video ...?\", 3: same main action, YES/NO); [cyan]qa_stats[/cyan] = "
            "{model, sources: {reference, candidate}, generated: {type: n}, kept: {type: n}, "
-           "dropped: {reason: n}}. A pair whose QA are all dropped gets qa: []; one where "
+           "dropped: {reason: n}, dropped_items: [{type, q, a, reason}]}. A pair whose QA are all dropped gets qa: []; one where "
            "neither clip has a description or narration is a missing_description error.",
     example="vi clips -i steps.jsonl | vi describe | vi pair | vi pair-qa --types 1,2,3 -o pair_qa.jsonl",
     models="device",

@@ -59,6 +59,7 @@ from vi.core.devices import best_device
 from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, caption_bench_rows
 from vi.evaluation.progresscaptioner.train_bench import bench_train_captioner, train_bench_rows
 from vi.evaluation.showhowto.generator_bench import bench_generator, generator_bench_rows
+from vi.evaluation.bench.view import bench_view, view_bench_rows
 from vi.evaluation.bench.tools import (
     Row,
     Sample,
@@ -380,6 +381,8 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("j. ShowHowTo generator: batched generation, cached latents (tiny model)", results,
                      "generator"):
             results["generator"] = bench_generator(work=work)
+        with section("k. vi view: a report of 10,000 records in Chromium", results, "view"):
+            results["view"] = bench_view(work=work)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -392,7 +395,8 @@ def all_rows(results: dict) -> list[Row]:
             + extract_steps_rows(results["extract_steps"])
             + [Row(**row) for row in results["stepdiff"]]
             + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
-            + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"]))
+            + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"])
+            + view_bench_rows(results["view"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:

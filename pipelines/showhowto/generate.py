@@ -71,8 +71,11 @@ def dataset_records(root: Path, inputs: Path, size: int | None = None) -> list[R
         path = inputs / f"{sequence.key}.png"
         if not path.is_file():
             sequence.tiles(size)[0].save(path)
-        records.append({"id": sequence.id, "key": sequence.key, "image": str(path), "prompts": sequence.prompts,
-                        "title": sequence.title, "video": sequence.video})
+        record = {"id": sequence.id, "key": sequence.key, "image": str(path), "prompts": sequence.prompts,
+                  "title": sequence.title, "video": sequence.video}
+        if isinstance(sequence.strip, Path):  # the source strip, for vi view (a tar member has no path)
+            record["source_strip"] = str(sequence.strip)
+        records.append(record)
     return records
 
 

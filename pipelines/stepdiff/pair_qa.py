@@ -316,9 +316,13 @@ def pair_qa(record: dict, config: PairQAConfig) -> dict:
     offered: list[QA] = []
     for qa_type in config.types:
         offered += ask(llm, config, qa_type, d1, d2, record["id"])[1]
-    kept, dropped = filter_qa(offered, d1, d2, config.max_answer_words)
+    reasons = drop_reasons(offered, d1, d2, config.max_answer_words)
+    kept = [qa for qa, r in zip(offered, reasons) if r is None]
+    dropped = Counter(r for r in reasons if r)
     count = {str(t): sum(qa.type == t for qa in offered) for t in config.types}
+    # The dropped QA themselves, with the reason, so the filter can be read (vi view shows them).
+    dropped_items = [{"type": qa.type, "q": qa.q, "a": qa.a, "reason": r} for qa, r in zip(offered, reasons) if r]
     return {"qa": [{"type": qa.type, "q": qa.q, "a": qa.a} for qa in kept],
             "qa_stats": {"model": config.model, "sources": sources, "generated": count,
                          "kept": {str(t): sum(qa.type == t for qa in kept) for t in config.types},
-                         "dropped": dict(sorted(dropped.items()))}}
+                         "dropped": dict(sorted(dropped.items())), "dropped_items": dropped_items}}

@@ -1,0 +1,193 @@
+"""`vi view`: each record kind is recognised and drawn from its fields, nothing is lost or run,
+thumbnails are made once. The page itself is tested in a browser (test_view_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.common.view_fixtures import INJECTED, all_records, write_jsonl
+from tests.conftest import run_vi
+from vi.evaluation.view.kinds import recognise, view_blocks
+from vi.evaluation.view.report import Source, write_report
+from vi.evaluation.view.thumbs import Thumbnails
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> tuple[Path, list[dict]]:
+    folder = tmp_path_factory.mktemp("view")
+    return folder, all_records(folder)
+
+
+def _load(out: Path) -> tuple[dict, list[dict]]:
+    """index.js and every chunk, read back as the page reads them."""
+    def payload(text: str, call: str) -> list:
+        assert text.startswith(call + "(") and text.endswith(");\n")
+        return json.loads("[" + text[len(call) + 1:-3] + "]")
+    index = payload((out / "data" / "index.js").read_text(), "viewIndex")[0]
+    chunks = []
+    for path in sorted((out / "data").glob("chunk-*.js")):
+        number, items = payload(path.read_text(), "viewChunk")
+        assert path.name == f"chunk-{number:05d}.js"
+        chunks += items
+    return index, chunks
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_each_kind_is_recognised_from_its_fields(records):
+    _, recs = records
+    assert [recognise(r) for r in recs] == ["steps", "pair", "clip", "captions", "generated", "other", "other"]
+    # an error record keeps the kind its fields give it
+    assert recognise({**recs[1], "errors": [{"stage": "pair-qa", "kind": "x", "message": "y"}]}) == "pair"
+
+
+def test_steps_show_each_step_frame_and_the_transcript_lines_it_cites(records, tmp_path):
+    folder, recs = records
+    thumbs = Thumbnails(tmp_path)
+    blocks = view_blocks(recs[0], "steps", thumbs, [])
+    row = next(b for b in blocks if b["t"] == "frames")["items"]
+    assert [i["lines"][0][1] for i in row] == ["Peel an orange.", "Slice the apple.", "Serve it."]
+    assert row[0]["href"].endswith("orange.jpg") and row[0]["thumb"].startswith("thumbs/")
+    assert row[1]["href"].endswith("clip.mp4")       # no saved path: the frame is cut from the video
+    assert row[2]["missing"] == "no frame aligned" and "thumb" not in row[2]
+    transcript = next(b for b in blocks if b["t"] == "table" and b["label"] == "transcript")
+    # lines [1, 2] are 0-based indices into transcript.segments: the 2nd and 3rd lines, shown as 2 and 3
+    assert [r[3] for r in transcript["rows"]] == ["", "1", "1", "", "2, 3"]
+    assert transcript["classes"] == ["", "cited", "cited", "", "cited"]
+    steps = next(b for b in blocks if b["t"] == "table" and b["label"] == "steps")
+    assert [r[3] for r in steps["rows"]] == ["2–3", "5", "5"]
+
+
+def test_pairs_show_both_clips_and_the_kept_and_dropped_qa_with_reasons(records, tmp_path):
+    _, recs = records
+    blocks = view_blocks(recs[1], "pair", Thumbnails(tmp_path), [])
+    columns = next(b for b in blocks if b["t"] == "columns")["columns"]
+    assert [c[0]["label"] for c in columns] == ["Video 1 (reference)", "Video 2 (candidate)"]
+    assert [len(c[0]["items"]) for c in columns] == [3, 3]  # key frames across each clip
+    assert "The person peels an apple with a peeler." in _strings(columns[1])
+    qa = next(b for b in blocks if b["t"] == "table")
+    assert qa["classes"] == ["kept", "kept", "dropped"]
+    assert qa["rows"][2][3] == "dropped: about_the_text"
+
+
+def test_captions_show_every_captioner_verdicts_matching_and_keyframes(records, tmp_path):
+    _, recs = records
+    blocks = view_blocks(recs[3], "captions", Thumbnails(tmp_path), [])
+    row = next(b for b in blocks if b["t"] == "frames")["items"]
+    assert len(row) == 4 and [i.get("mark") for i in row] == ["keyframe", None, None, "keyframe"]
+    lines = {who: text for who, text in row[2]["lines"]}
+    assert lines["captions"] == "Half of the orange is peeled."
+    assert lines["captions_b"] == "Frame 2: hands and an orange."
+    assert lines["from the frame before"] == "uncertain (consensus -)"   # pair 1->2 has no consensus
+    assert dict(row[3]["lines"])["match [captions_b]"] == "E: none of them"
+    assert dict(row[3]["lines"])["match [captions]"] == "A: its own caption"
+    assert ["captioners", "captions: offline-imagenet-labels; captions_b: openai:qwen2-vl@http://localhost:8000/v1"] \
+        in blocks[0]["items"]
+    tables = {b["label"]: b for b in blocks if b["t"] == "table"}
+    assert tables["caption matching"]["classes"] == ["good", "rejected"]
+    assert [r[2] for r in tables["progression (pseudo prompt)"]["rows"]] == ["yes", "?", "yes"]
+
+
+def test_generated_shows_scene_prompts_frames_and_source(records, tmp_path):
+    _, recs = records
+    blocks = view_blocks(recs[4], "generated", Thumbnails(tmp_path), [])
+    row = next(b for b in blocks if b["t"] == "frames")["items"]
+    assert [i["head"] for i in row] == ["input scene", "step 1", "step 2"]
+    assert [i["lines"][0][1] for i in row] == ["A cutting board with fruit.", "Peel the orange.", "Slice the apple."]
+    assert [b["label"] for b in blocks if b["t"] == "frames"][1:] == ["generated strip", "source sequence"]
+
+
+def test_the_report_keeps_every_record_bad_lines_included_and_escapes_markup(records, tmp_path):
+    folder, recs = records
+    source = write_jsonl(tmp_path / "mixed.jsonl", recs, extra_lines=['{"id": "cut-off", "steps": {', "[1, 2]", ""])
+    summary = write_report([Source("mixed.jsonl", source)], tmp_path / "report", title="t")
+    index, chunks = _load(tmp_path / "report")
+    entries = index["records"]
+    assert summary.records == len(entries) == len(chunks) == len(recs) + 2
+    assert [e[5] for e in entries] == list(range(1, len(recs) + 3))           # each links to its line
+    assert [e[2] for e in entries].count(False) == 3                          # 1 error record + 2 bad lines
+    bad = chunks[-2]
+    assert bad["blocks"][0]["t"] == "errors" and "input line 8" in bad["blocks"][0]["items"][0]["message"]
+    assert any(b.get("label") == "the line as read" and b["text"] == '{"id": "cut-off", "steps": {'
+               for b in bad["blocks"])
+    # the injected caption reaches the page as data, with no raw "<" in any data file
+    for path in (tmp_path / "report" / "data").glob("*.js"):
+        assert "<" not in path.read_text()
+    assert INJECTED in _strings(chunks[3]["blocks"])
+    assert INJECTED.lower() in entries[3][6]                                  # and the filter finds it
+
+
+def test_thumbnails_are_made_once_and_a_rewritten_image_gets_a_new_one(records, tmp_path):
+    folder, recs = records
+    source = write_jsonl(tmp_path / "r.jsonl", recs)
+    first = write_report([Source("r.jsonl", source)], tmp_path / "report", title="t")
+    made = sorted((tmp_path / "report" / "thumbs").glob("*.jpg"))
+    assert first.thumbs_made == len(made) > 10 and first.thumbs_reused == 0 and not first.thumbs_failed
+    stamps = {p: p.stat().st_mtime_ns for p in made}
+    again = write_report([Source("r.jsonl", source)], tmp_path / "report", title="t")
+    assert again.thumbs_made == 0 and again.thumbs_reused == first.thumbs_made
+    assert {p: p.stat().st_mtime_ns for p in made} == stamps
+    # a video frame's thumbnail shows that frame: the photo on screen at that time
+    from PIL import Image
+    _, chunks = _load(tmp_path / "report")
+    frame_at_4_5 = next(b for b in chunks[0]["blocks"] if b["t"] == "frames")["items"][1]["thumb"]
+    with Image.open(tmp_path / "report" / frame_at_4_5) as thumb:
+        assert thumb.size[0] <= 320 and thumb.size[1] <= 200
+        shown = thumb.convert("RGB").resize((32, 24))
+    baboon = Image.open(folder / "photos" / "baboon.jpg").convert("RGB").resize((32, 24))
+    orange = Image.open(folder / "photos" / "orange.jpg").convert("RGB").resize((32, 24))
+
+    def distance(a, b) -> float:
+        return float(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)).sum())
+    assert distance(shown, baboon) < distance(shown, orange)   # 4.5 s: the 5th photo (baboon.jpg)
+    # an image written anew (another mtime, another size) gets a new thumbnail, never the stale one
+    own = tmp_path / "own.jpg"
+    Image.open(folder / "photos" / "apple.jpg").save(own)
+    listed = write_jsonl(tmp_path / "own.jsonl", [{"id": "g", "generated": {"frames": [str(own)]}}])
+    assert write_report([Source("own.jsonl", listed)], tmp_path / "report", title="t").thumbs_made == 1
+    Image.open(folder / "photos" / "orange.jpg").save(own)
+    assert write_report([Source("own.jsonl", listed)], tmp_path / "report", title="t").thumbs_made == 1
+
+
+def test_vi_view_reads_stdin_and_files_and_prints_the_page_path(records, tmp_path):
+    folder, recs = records
+    source = write_jsonl(tmp_path / "a.jsonl", recs[:2])
+    done = run_vi("view", "-", str(source), "-o", str(tmp_path / "rep"), "-q", "--title", "two sources",
+                  stdin=json.dumps(recs[5]) + "\n", check=True)
+    assert done.stdout.strip() == str(tmp_path / "rep" / "index.html")
+    assert "3 records (1 with errors" in done.stderr
+    index, _ = _load(tmp_path / "rep")
+    assert index["meta"]["title"] == "two sources"
+    assert [s["name"] for s in index["meta"]["sources"]] == ["stdin", str(source)]
+    assert index["meta"]["sources"][0]["href"] is None
+    assert index["meta"]["sources"][1]["href"] == "../a.jsonl"    # relative: the report opens from disk
+    missing = run_vi("view", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "r2"))
+    assert missing.returncode == 2 and re.search(r"nope\.jsonl: no such file", missing.stderr)
+
+
+def test_relative_paths_are_found_beside_the_jsonl_or_under_media_root(records, tmp_path):
+    folder, recs = records
+    record = {"id": "rel", "generated": {"frames": ["photos/apple.jpg"]}, "image": "orange.jpg",
+              "prompts": ["scene", "step"]}
+    source = write_jsonl(folder / "rel.jsonl", [record])   # photos/apple.jpg is beside it
+    write_report([Source("rel.jsonl", source)], tmp_path / "rep", title="t", media_roots=[folder / "photos"])
+    _, chunks = _load(tmp_path / "rep")
+    row = next(b for b in chunks[0]["blocks"] if b["t"] == "frames")["items"]
+    assert [("thumb" in i, i["href"].split("/")[-1]) for i in row] == [(True, "orange.jpg"), (True, "apple.jpg")]
+    write_report([Source("rel.jsonl", source)], tmp_path / "rep2", title="t")
+    _, chunks = _load(tmp_path / "rep2")
+    row = next(b for b in chunks[0]["blocks"] if b["t"] == "frames")["items"]
+    assert row[0]["missing"] == "not found: orange.jpg" and "thumb" in row[1]
