@@ -79,6 +79,8 @@ def bench_view(count: int = 10_000, repeats: int = 3, work: Path | None = None) 
     from vi.evaluation.view.report import Source, write_report
 
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).is_file():
+        return {"skipped": "Chromium is not installed (apt-get install chromium)"}
     own = tempfile.TemporaryDirectory(prefix="vi-view-bench-") if work is None else None
     folder = Path(own.name if own else work) / "view"
     folder.mkdir(parents=True, exist_ok=True)
@@ -136,6 +138,8 @@ def bench_view(count: int = 10_000, repeats: int = 3, work: Path | None = None) 
 def view_bench_rows(result: dict) -> list:
     from vi.evaluation.bench.tools import Row
 
+    if "skipped" in result:
+        return [Row("vi view: open a report of 10,000 records (Chromium)", None, None, "s", None, result["skipped"])]
     return [Row(f"vi view: open a report of {result['records']:,} records (Chromium)", result["view_first_page_s"],
                 result["plain_load_s"], "s", None,
                 f"to the first page drawn; baseline every record in one HTML page, to its load event. Text filter "

@@ -13,6 +13,7 @@ Kinds, first match wins (a record with errors keeps its kind, and its errors are
 - pair: StepDiff (`reference` + `candidate`, with `qa` from vi pair-qa);
 - clip: one StepDiff clip (`video`, `start`, `end`; its `description` from vi describe);
 - steps: ShowHowTo data (`steps.items`, with `frame` from vi align-frames) beside the transcript;
+- transcript: vi transcribe's output (and vi filter-instructional's label), line by line;
 - other: whatever else, its fields collapsed (always there under "record").
 """
 
@@ -91,6 +92,8 @@ def recognise(record: Record) -> str:
     if isinstance(record.get("video"), str) and _num(record.get("start")) is not None \
             and _num(record.get("end")) is not None:
         return "clip"
+    if isinstance(record.get("transcript"), dict) and isinstance(record["transcript"].get("segments"), list):
+        return "transcript"
     return "other"
 
 
@@ -143,15 +146,29 @@ def steps_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> list[
                   "" if span is None else str(span[0] + 1) if span[0] == span[1] else f"{span[0] + 1}–{span[1] + 1}"]
                  for n, (i, span) in enumerate(zip(items, spans), 1)]
     blocks.append(table("steps", ["#", "time", "step", "transcript lines"], step_rows))
-    transcript = [s for s in _list(_dict(record.get("transcript")).get("segments")) if isinstance(s, dict)]
-    if transcript:
-        rows = [[k + 1, f"{_t(s.get('start'))}–{_t(s.get('end'))}", s.get("text"), ", ".join(cited.get(k, []))]
-                for k, s in enumerate(transcript)]
-        blocks.append(table("transcript", ["line", "time", "said", "step"], rows,
-                            ["cited" if r[3] else "" for r in rows]))
+    blocks += transcript_table(record, cited)
     if steps.get("repairs"):
         blocks.append(table("repairs to the LLM's reply", ["repair"], [[r] for r in _list(steps["repairs"])]))
     return blocks
+
+
+def transcript_table(record: Record, cited: dict[int, list[str]] | None = None) -> list[dict]:
+    segments = [s for s in _list(_dict(record.get("transcript")).get("segments")) if isinstance(s, dict)]
+    if not segments:
+        return []
+    rows = [[k + 1, f"{_t(s.get('start'))}–{_t(s.get('end'))}", s.get("text")] for k, s in enumerate(segments)]
+    if cited is None:
+        return [table("transcript", ["line", "time", "said"], rows)]
+    rows = [[*row, ", ".join(cited.get(k, []))] for k, row in enumerate(rows)]
+    return [table("transcript", ["line", "time", "said", "step"], rows, ["cited" if r[3] else "" for r in rows])]
+
+
+def transcript_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> list[dict]:
+    transcript, label = record["transcript"], _dict(record.get("instructional"))
+    return [kv(("video", record.get("video")), ("duration", _t(record.get("duration"))),
+               ("transcribed by", transcript.get("model")), ("language", transcript.get("language")),
+               ("instructional", label.get("label")), ("why", label.get("reason"))),
+            *transcript_table(record)]
 
 
 # --- StepDiff ----------------------------------------------------------------------------------
@@ -244,6 +261,8 @@ def captions_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> li
         picture = thumbs.image(info.get("path"), roots) if info.get("path") else \
             thumbs.video_frame(record.get("video"), info.get("time"), roots)
         lines = [(name, captions[name].get(i)) for name in fields]
+        if i in keyframes and keyframes[i].get("caption") and not fields:  # vi keyframes' own captions
+            lines.append(("caption", keyframes[i]["caption"]))
         pair = change_into.get(i)
         if pair:
             verdict = {True: "progressed", False: "no change", None: "uncertain"}.get(pair.get("change"), "")
@@ -303,7 +322,7 @@ def generated_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> l
     return blocks
 
 
-BUILDERS = {"steps": steps_blocks, "pair": pair_blocks, "clip": clip_blocks, "captions": captions_blocks,
+BUILDERS = {"steps": steps_blocks, "transcript": transcript_blocks, "pair": pair_blocks, "clip": clip_blocks, "captions": captions_blocks,
             "generated": generated_blocks}
 
 

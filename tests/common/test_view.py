@@ -49,7 +49,8 @@ def _strings(value) -> list[str]:
 
 def test_each_kind_is_recognised_from_its_fields(records):
     _, recs = records
-    assert [recognise(r) for r in recs] == ["steps", "pair", "clip", "captions", "generated", "other", "other"]
+    assert [recognise(r) for r in recs] == ["steps", "pair", "clip", "captions", "generated", "transcript",
+                                            "other", "other"]
     # an error record keeps the kind its fields give it
     assert recognise({**recs[1], "errors": [{"stage": "pair-qa", "kind": "x", "message": "y"}]}) == "pair"
 
@@ -120,7 +121,7 @@ def test_the_report_keeps_every_record_bad_lines_included_and_escapes_markup(rec
     assert [e[5] for e in entries] == list(range(1, len(recs) + 3))           # each links to its line
     assert [e[2] for e in entries].count(False) == 3                          # 1 error record + 2 bad lines
     bad = chunks[-2]
-    assert bad["blocks"][0]["t"] == "errors" and "input line 8" in bad["blocks"][0]["items"][0]["message"]
+    assert bad["blocks"][0]["t"] == "errors" and "input line 9" in bad["blocks"][0]["items"][0]["message"]
     assert any(b.get("label") == "the line as read" and b["text"] == '{"id": "cut-off", "steps": {'
                for b in bad["blocks"])
     # the injected caption reaches the page as data, with no raw "<" in any data file
@@ -166,7 +167,7 @@ def test_vi_view_reads_stdin_and_files_and_prints_the_page_path(records, tmp_pat
     folder, recs = records
     source = write_jsonl(tmp_path / "a.jsonl", recs[:2])
     done = run_vi("view", "-", str(source), "-o", str(tmp_path / "rep"), "-q", "--title", "two sources",
-                  stdin=json.dumps(recs[5]) + "\n", check=True)
+                  stdin=json.dumps(recs[6]) + "\n", check=True)
     assert done.stdout.strip() == str(tmp_path / "rep" / "index.html")
     assert "3 records (1 with errors" in done.stderr
     index, _ = _load(tmp_path / "rep")

@@ -23,7 +23,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 # What each kind's view shows of the fixture records: images that must load.
-IMAGES = {"steps": 2, "pair": 6, "clip": 3, "captions": 4, "generated": 5, "other": 0}
+IMAGES = {"steps": 2, "pair": 6, "clip": 3, "captions": 4, "generated": 5, "transcript": 0, "other": 0}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_the_page_loads_without_errors_and_shows_every_record(browser, report):
     view = Page(browser, page_path.as_uri())
     assert view.shown() == [r["id"] for r in records] + [view.shown()[-1]]    # + the bad line's record
     assert view.page.text_content("#summary").startswith(f"{len(records) + 1} records (2 with errors)")
-    assert "records 1–8 of 8" in view.page.text_content("#pager-top")
+    assert "records 1–9 of 9" in view.page.text_content("#pager-top")
     assert view.problems == []
     view.page.close()
 
@@ -130,7 +130,7 @@ def test_filters_by_text_status_and_kind_and_the_address_keeps_them(browser, rep
     view.page.fill("#q", "orange peel")                                    # every word, anywhere in the record
     view.until("!location.hash.includes('peeler')")
     view.settle()
-    assert view.shown() == [r["id"] for r in records[:5]]    # all but the error and the other record
+    assert view.shown() == [r["id"] for r in records[:5]]    # not the talk, the error or the other record
     view.page.fill("#q", "")
     view.page.select_option("#status", "errors")
     view.until("location.hash.includes('status=errors')")

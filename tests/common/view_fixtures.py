@@ -122,6 +122,14 @@ def generated_record(folder: Path, pictures: list[Path]) -> dict:
                           "seed": 7, "steps": 20, "guidance": {"text": 7.5, "image": 1.5}, "model": "tiny"}}
 
 
+def transcript_record(clip: Path) -> dict:
+    return {"id": "talk-1", "video": str(clip), "duration": 6.0,
+            "transcript": {"language": "en", "model": "whisper-tiny.en", "segments": [
+                {"start": 0.0, "end": 2.5, "text": "Thanks for coming to this talk about compilers."},
+                {"start": 2.6, "end": 5.9, "text": ""}]},
+            "instructional": {"label": False, "reason": "a talk, not a how-to", "model": "qwen2.5-coder-1.5b"}}
+
+
 def error_records() -> list[dict]:
     return [{"id": "broken-1", "video": "/nowhere/missing.mp4",
              "errors": [{"stage": "transcribe", "kind": "unreadable_media",
@@ -133,7 +141,7 @@ def all_records(folder: Path) -> list[dict]:
     pictures = photos(folder / "photos")
     clip = video(folder, pictures)
     return [steps_record(clip, pictures), pair_record(clip), clip_record(clip, 2.0, 4.0, "c", "Slice the apple."),
-            captions_record(pictures), generated_record(folder, pictures), *error_records()]
+            captions_record(pictures), generated_record(folder, pictures), transcript_record(clip), *error_records()]
 
 
 def write_jsonl(path: Path, records: list[dict], extra_lines: list[str] = ()) -> Path:

@@ -147,6 +147,9 @@ def test_pair_qa_adds_filtered_qa_of_the_three_types_to_each_pair(demo):
         assert set(stats["generated"]) == set(stats["kept"]) == {"1", "2", "3"}
         assert stats["generated"]["3"] == 1 and set(stats["dropped"]) <= set(DROP_REASONS)
         assert sum(stats["generated"].values()) == len(qa) + sum(stats["dropped"].values())
+        # the dropped QA themselves, each with the reason counted in `dropped` (vi view shows them)
+        assert {r: sum(d["reason"] == r for d in stats["dropped_items"]) for r in stats["dropped"]} == stats["dropped"]
+        assert all(set(d) == {"type", "q", "a", "reason"} for d in stats["dropped_items"])
         for t in ("1", "2", "3"):
             assert stats["kept"][t] == sum(item["type"] == int(t) for item in qa)
         for item in qa:
