@@ -259,10 +259,14 @@ def test_one_call_per_type_and_the_kept_qa_with_their_counts(scripted):
         {"type": 2, "q": "Which video uses a food processor?", "a": "Video 2"},
         {"type": 2, "q": "Which video shows a wooden board?", "a": "The first video."},
         {"type": 3, "q": "Do the two videos share a similar main action?", "a": "YES"}]
+    dropped = out["qa_stats"].pop("dropped_items")  # the QA themselves, each with its reason, in reply order
     assert out["qa_stats"] == {
         "model": SMOL, "sources": {"reference": "description", "candidate": "description"},
         "generated": {"1": 3, "2": 3, "3": 1}, "kept": {"1": 1, "2": 2, "3": 1},
         "dropped": {"duplicate_question": 1, "not_one_video": 1, "unsupported": 1}}
+    assert [(d["type"], d["reason"]) for d in dropped] == [(1, "unsupported"), (1, "duplicate_question"),
+                                                           (2, "not_one_video")]
+    assert dropped[0] == {"type": 1, "q": "What colour is the onion in Video 2?", "a": "Purple.", "reason": "unsupported"}
 
 
 def test_types_select_the_prompts_and_the_seed_is_per_record(scripted):
