@@ -73,8 +73,7 @@ class Page:
     def settle(self) -> None:
         self.page.wait_for_selector("main[aria-busy=false]")
         self.page.wait_for_load_state("load")
-        # images load lazily: those on screen must have finished
-        self.until("[...document.images].every(i => i.complete || i.getBoundingClientRect().top > innerHeight)")
+        self.until("[...document.images].every(i => i.complete)")
 
     def shown(self) -> list[str]:
         return self.page.eval_on_selector_all("article.record", "els => els.map(e => e.querySelector('.id').textContent)")

@@ -44,7 +44,9 @@ function loadChunk(number) {
 
 function picture(item) {
   if (!item.thumb) return el("div", {class: "missing"}, item.missing || "no image");
-  const img = el("img", {src: item.thumb, alt: item.head || "frame", loading: "lazy"});
+  // Not loading="lazy": a page holds at most 100 records of small local thumbnails, and lazy images
+  // have no height until they load (Firefox's headless screenshot caught them empty).
+  const img = el("img", {src: item.thumb, alt: item.head || "frame"});
   img.onerror = () => img.replaceWith(el("div", {class: "missing broken"}, "thumbnail did not load: " + item.thumb));
   return item.href ? el("a", {href: item.href, target: "_blank", rel: "noopener", title: "open the original"}, img) : img;
 }
