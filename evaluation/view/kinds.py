@@ -216,11 +216,9 @@ def pair_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> list[d
             classes.append("dropped")
     if "qa" in record:
         blocks.append(table("question-answer pairs", ["type", "question", "answer", "filter"], rows, classes))
+        counts = [v for v in _dict(stats.get("generated")).values() if isinstance(v, int)]
         dropped = ", ".join(f"{k} {v}" for k, v in _dict(stats.get("dropped")).items())
-        blocks.append(kv(("QA by", stats.get("model")), ("generated", sum(_dict(stats.get("generated")).values())
-                                                           if all(isinstance(v, int) for v in
-                                                                  _dict(stats.get("generated")).values())
-                                                           else None),
+        blocks.append(kv(("QA by", stats.get("model")), ("generated", sum(counts) if counts else None),
                          ("kept", len(_list(record.get("qa")))), ("dropped", dropped)))
     return blocks
 

@@ -82,6 +82,8 @@ def test_pairs_show_both_clips_and_the_kept_and_dropped_qa_with_reasons(records,
     qa = next(b for b in blocks if b["t"] == "table")
     assert qa["classes"] == ["kept", "kept", "dropped"]
     assert qa["rows"][2][3] == "dropped: about_the_text"
+    counts = blocks[-1]["items"]
+    assert ["generated", "3"] in counts and ["kept", "2"] in counts and ["dropped", "about_the_text 1"] in counts
 
 
 def test_captions_show_every_captioner_verdicts_matching_and_keyframes(records, tmp_path):
