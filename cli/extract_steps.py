@@ -21,10 +21,12 @@ from vi.pipelines.showhowto import extract_steps as es
             "(ShowHowTo).",
     reads="[cyan]transcript[/cyan], and [cyan]title[/cyan] and [cyan]duration[/cyan] when "
           "present.",
-    writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, chunks, "
-           "repairs}: the model cites the first and last transcript line of each step and the "
-           "times are those lines' ([cyan]lines[/cyan]: their indices in transcript.segments); "
-           "in temporal order; [cyan]repairs[/cyan] lists what was fixed in the model's reply.",
+    writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
+           "chunks, repairs, line_labels}: each step cites the first and last transcript line that "
+           "state it and its times are those lines' ([cyan]lines[/cyan]: their indices in "
+           "transcript.segments); in temporal order; [cyan]line_labels[/cyan] gives each segment's "
+           "STEP/MORE/TALK label (null: not speech); [cyan]repairs[/cyan] lists what was fixed in "
+           "the model's reply.",
     example="vi filter-instructional --drop --rejects no.jsonl -i t.jsonl | vi extract-steps | "
             "vi align-frames",
     models="device",
@@ -32,9 +34,15 @@ from vi.pipelines.showhowto import extract_steps as es
 def extract_steps_command(
     opts: StreamOptions,
     model: LLMOption = es.ExtractConfig.model,
+    segmentation: Annotated[str, typer.Option(
+        help="Which lines make a step. model: the model cites each step's lines itself. labels: "
+             "a first pass labels each line STEP, MORE or TALK (greeting, aside, opinion, outro) "
+             "and the model writes one instruction per step: no talk becomes a step, but some "
+             "steps merge (README, vi extract-steps).")] = "model",
     prompt: Annotated[Optional[Path], typer.Option(
-        help="Your own prompt file (see the packaged prompt_templates/extract_steps.txt for "
-             "the format); it must use ${title} and ${transcript}.")] = None,
+        help="Your own prompt file (see the packaged prompt_templates/ for the format): with "
+             "--segmentation labels it replaces extract_steps_write.txt and must use ${title} "
+             "and ${steps}; with model, extract_steps.txt, using ${title} and ${transcript}.")] = None,
     n_ctx: Annotated[int, typer.Option(
         help="The model's context window in tokens; longer transcripts are chunked.")] = 4096,
     max_new_tokens: Annotated[int, typer.Option(help="Longest reply, in tokens.")] = 1024,
@@ -50,7 +58,7 @@ def extract_steps_command(
     config = es.ExtractConfig(model=model, prompt=prompt, n_ctx=n_ctx,
                               max_new_tokens=max_new_tokens, overlap_s=overlap,
                               tolerance_s=tolerance, device=device, seed=opts.seed,
-                              threads=threads, concurrency=concurrency)
+                              threads=threads, concurrency=concurrency, segmentation=segmentation)
     stage = Stage(es.STAGE, writes=("steps",), process=lambda r: es.extract(r, config),
                   concurrency=concurrency)
     return run_stage(stage, read_records(opts.input, es.STAGE), opts,

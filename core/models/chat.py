@@ -147,7 +147,7 @@ def load_llm(settings: LLMSettings) -> ChatBackend:
 
 def schema_errors(value: Any, schema: dict[str, Any], where: str = "reply") -> list[str]:
     """What in `value` breaks `schema`, for the keywords vi's prompts use (type, enum, properties,
-    required, items, minItems/maxItems, minimum/maximum, maxLength): empty when it conforms."""
+    required, items, prefixItems, const, minItems/maxItems, minimum/maximum, maxLength): empty when it conforms."""
     kind = schema.get("type")
     checks = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
     if kind in ("integer", "number"):
@@ -159,6 +159,8 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "reply") -> l
         return [f"{where} is not a{'n' if kind[0] in 'ao' else ''} {kind}"]
     if "enum" in schema and value not in schema["enum"]:
         return [f"{where} is {value!r}, not one of {schema['enum']}"]
+    if "const" in schema and value != schema["const"]:
+        return [f"{where} is {value!r}, not {schema['const']!r}"]
     errors: list[str] = []
     if isinstance(value, dict):
         errors += [f"{where} has no {key!r}" for key in schema.get("required", []) if key not in value]
@@ -168,8 +170,10 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "reply") -> l
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
             errors.append(f"{where} has {len(value)} items")
+        fixed = schema.get("prefixItems", [])  # a tuple: item i has its own schema
         for i, item in enumerate(value):
-            errors += schema_errors(item, schema.get("items", {}), f"{where}[{i}]")
+            sub = fixed[i] if i < len(fixed) else schema.get("items", {})
+            errors += schema_errors(item, sub if isinstance(sub, dict) else {}, f"{where}[{i}]")
     if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
         errors.append(f"{where} is longer than {schema['maxLength']} characters")
     if isinstance(value, (int, float)) and not isinstance(value, bool):

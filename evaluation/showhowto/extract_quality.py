@@ -2,6 +2,7 @@
 
     python -m vi.evaluation.showhowto.extract_quality [--llm qwen2.5-coder-1.5b] [--llm smollm2-135m]
                                                       [--data FILE] [--only measure|tune] [--json]
+                                                      [--segmentation model|labels]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -180,12 +181,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-cooker", action="store_true", help="skip the pressure-cooker transcript")
     parser.add_argument("--verbose", action="store_true", help="print each extracted step")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
+    parser.add_argument("--segmentation", choices=("model", "labels"), default="model",
+                        help="vi extract-steps --segmentation: the model's citations, or line labels first")
     args = parser.parse_args(argv)
     records = [r for r in load_transcripts(args.data) if args.only in (None, r["truth"]["use"])
                and (not args.id or r["id"] in args.id)]
     for llm in args.llm or ["qwen2.5-coder-1.5b", "smollm2-135m"]:
-        rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker)
-        print(report(llm, rows, cooker), flush=True)
+        rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, segmentation=args.segmentation)
+        print(report(f"{llm}, --segmentation {args.segmentation}", rows, cooker), flush=True)
         if args.verbose:
             for r in rows:
                 print(f"  {r['id']}:")

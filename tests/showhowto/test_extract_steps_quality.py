@@ -12,6 +12,7 @@ import pytest
 from vi.core.models.llm import ChatReply
 from vi.evaluation.showhowto import extract_quality as eq
 from vi.pipelines.showhowto import extract_steps as es
+from vi.pipelines.showhowto.narration_labels import step_runs
 
 TRANSCRIPTS = {r["id"]: r for r in eq.load_transcripts()}
 
@@ -124,7 +125,7 @@ def test_the_stage_shows_numbered_lines_and_turns_citations_into_times(monkeypat
         {"first_line": 4, "last_line": 5, "text": "Remove the wheel."},
         {"first_line": 17, "last_line": 18, "text": "Refit the tyre and the wheel."}]})
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m"))["steps"]
+    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation="model"))["steps"]
     shown = llm.messages[-1]["content"]
     assert "[1] Hey everyone, welcome back to the channel." in shown and "[20] Thanks" in shown
     assert llm.schema["properties"]["steps"]["maxItems"] == es.MAX_STEPS
@@ -140,8 +141,104 @@ def test_a_reply_without_steps_is_a_no_steps_error(monkeypatch):
 
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: CitingLLM({"title": "x", "steps": []}))
     with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m"))
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m", segmentation="model"))
     assert info.value.kind == "no_steps" and "filter-instructional" in info.value.message
+
+
+# --- labels first: which lines make a step (--segmentation labels) -------------------------------
+
+def truth_labels(record: dict) -> list[str]:
+    """What the labelling pass should say of each line: TALK, or STEP / MORE by the true steps."""
+    firsts = {s["lines"][0] for s in record["truth"]["steps"]}
+    inside = {i for s in record["truth"]["steps"] for i in range(s["lines"][0], s["lines"][1] + 1)}
+    return ["STEP" if i in firsts else "MORE" if i in inside else "TALK"
+            for i in range(len(record["transcript"]["segments"]))]
+
+
+def test_step_runs_are_a_step_line_and_the_more_lines_right_after_it():
+    labels = ["MORE", "TALK", "STEP", "MORE", "MORE", "TALK", "MORE", "STEP", "STEP", "TALK"]
+    assert step_runs(labels) == [(0, 0), (2, 4), (6, 6), (7, 7), (8, 8)]  # a MORE after talk starts one
+    assert step_runs(["TALK"] * 4) == []
+
+
+class LabellingLLM:
+    """A stand-in server LLM: the labelling request gets `labels`, the writing request one text
+    per step it is asked for, at the lines the schema fixes. Keeps every request."""
+
+    n_ctx = 4096
+
+    def __init__(self, labels: list[str]):
+        self.labels, self.requests = labels, []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4 + 1
+
+    def count_message_tokens(self, messages) -> int:
+        return sum(self.count_tokens(m["content"]) + 8 for m in messages)
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        self.requests.append((messages, schema))
+        if "labels" in schema["properties"]:
+            return ChatReply(json.dumps({"labels": self.labels}), 0, 0, "stop")
+        fixed = schema["properties"]["steps"]["prefixItems"]
+        steps = [{"first_line": f["properties"]["first_line"]["const"],
+                  "last_line": f["properties"]["last_line"]["const"], "text": f"Do step {k}."}
+                 for k, f in enumerate(fixed, 1)]
+        return ChatReply(json.dumps({"title": "How to Fix a Flat", "steps": steps}), 0, 0, "stop")
+
+
+def test_labelled_lines_make_the_steps_and_the_model_only_writes_them(monkeypatch):
+    record = TRANSCRIPTS["bike_tyre"]
+    llm = LabellingLLM(truth_labels(record))
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation="labels"))["steps"]
+    (label_messages, label_schema), (write_messages, write_schema) = llm.requests
+    assert label_schema["properties"]["labels"]["minItems"] == 20
+    assert "[20] Thanks for watching" in label_messages[-1]["content"]
+    assert "camera bag" in label_messages[0]["content"]  # the labelled examples
+    shown = write_messages[-1]["content"]  # the writer sees each step's words, and no talk
+    assert shown.startswith("Title: Fixing a flat bike tyre\nStep 1 (lines 4-5): Flip the bike over")
+    assert "phone is ringing" not in shown and "Thanks for watching" not in shown
+    assert len(write_schema["properties"]["steps"]["prefixItems"]) == 6
+    truth = record["truth"]["steps"]
+    assert [(s["start"], s["end"], s["lines"]) for s in steps["items"]] == [
+        (t["start"], t["end"], t["lines"]) for t in truth]
+    assert steps["items"][0]["text"] == "Do step 1." and steps["repairs"] == []
+    assert steps["segmentation"] == "labels" and steps["line_labels"] == truth_labels(record)
+    assert eq.meets_bar(eq.score(record, steps["items"]))
+
+
+def test_a_video_that_is_all_talk_has_no_steps_and_no_writing_request(monkeypatch):
+    from vi.core.errors import RecordError
+
+    llm = LabellingLLM(["TALK"] * 12)
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    with pytest.raises(RecordError) as info:
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
+    assert info.value.kind == "no_steps" and "labelled TALK" in info.value.message
+    assert len(llm.requests) == 1
+
+
+def test_the_wrong_number_of_labels_is_a_clear_error(monkeypatch):
+    from vi.core.errors import RecordError
+
+    llm = LabellingLLM(["STEP"] * 5)
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    with pytest.raises(RecordError) as info:
+        es.extract(TRANSCRIPTS["bike_tyre"], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
+    assert info.value.kind == "llm_output_invalid" and "5 labels for 20 lines" in info.value.message
+    assert len(llm.requests) == 1  # (a server's backend has already asked again: core.models.chat_json)
+
+
+def test_the_write_schema_fixes_each_steps_lines_and_a_wrong_reply_breaks_it():
+    from vi.core.models.chat import schema_errors
+
+    schema = es.labelled_steps_schema([(4, 5), (7, 7)])
+    good = {"title": "How to", "steps": [{"first_line": 4, "last_line": 5, "text": "a"},
+                                         {"first_line": 7, "last_line": 7, "text": "b"}]}
+    assert schema_errors(good, schema) == []
+    bad = {"title": "How to", "steps": [{"first_line": 4, "last_line": 6, "text": "a"}]}
+    assert schema_errors(bad, schema) == ["reply.steps has 1 items", "reply.steps[0].last_line is 6, not 5"]
 
 
 # --- the quality measures ------------------------------------------------------------------------

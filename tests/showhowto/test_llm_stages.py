@@ -28,8 +28,9 @@ def record(rid: str, lines: list[tuple[float, float, str]], **extra) -> dict:
 # --- prompts and transcript text ----------------------------------------------------------------
 
 def test_packaged_prompts_render_with_examples_and_the_transcript_last():
-    for name in ("filter_instructional", "extract_steps"):
-        messages = load_prompt(name, needs=("title", "transcript")).render(title="T", transcript="XYZ")
+    for name, needs in (("filter_instructional", "transcript"), ("extract_steps", "transcript"),
+                        ("extract_steps_write", "steps")):
+        messages = load_prompt(name, needs=("title", needs)).render(title="T", **{needs: "XYZ"})
         assert messages[0]["role"] == "system" and messages[-1]["role"] == "user"
         assert "XYZ" in messages[-1]["content"] and "${" not in json.dumps(messages)
         assert any(m["role"] == "assistant" for m in messages)  # worked examples
@@ -117,7 +118,8 @@ class EchoLLM:
 
 def test_a_long_transcript_is_chunked_and_every_step_kept_once(monkeypatch):
     lines = [(i * 10.0, i * 10.0 + 8, f"Do thing number {i} with care, then check it twice") for i in range(40)]
-    config = es.ExtractConfig(model=SMOL, n_ctx=4096, max_new_tokens=100, overlap_s=25.0)
+    config = es.ExtractConfig(model=SMOL, n_ctx=4096, max_new_tokens=100, overlap_s=25.0,
+                              segmentation="model")
     llm = EchoLLM()
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
     out = es.extract(record("long", lines, duration=400.0), config)["steps"]
@@ -125,6 +127,22 @@ def test_a_long_transcript_is_chunked_and_every_step_kept_once(monkeypatch):
     assert [s["text"] for s in out["items"]] == [t for _, _, t in lines]
     assert [(s["start"], s["end"]) for s in out["items"]] == [(a, b) for a, b, _ in lines]
     assert out["repairs"] == []
+
+
+def test_labels_by_likelihood_are_one_per_line_and_do_not_depend_on_the_record_before():
+    from vi.core.models.llm import load_chat_llm
+    from vi.pipelines.showhowto.narration_labels import LABELS, label_lines
+
+    llm = load_chat_llm(SMOL, n_ctx=4096)
+    pasta = ["Boil a big pot of salted water.", "Add the pasta and stir it,", "so it doesn't stick.",
+             "Oh, my cat is here, hi cat.", "Drain it after ten minutes."]
+    first = label_lines(llm, "Pasta", pasta)
+    label_lines(llm, "Onions", ["Hi everyone, welcome back.", "Cut the onion in half."])
+    assert label_lines(llm, "Pasta", pasta) == first  # the cache is reset at each record
+    assert len(first) == len(pasta)
+    for mark in first:
+        assert mark["label"] in LABELS and abs(sum(mark["probs"]) - 1) < 0.01
+        assert mark["p"] == max(mark["probs"]) == mark["probs"][LABELS.index(mark["label"])]
 
 
 def test_chunks_cover_every_segment_within_budget_and_overlap():
@@ -169,7 +187,7 @@ def test_a_transcript_line_longer_than_the_context_is_a_clear_error(monkeypatch)
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
     huge = record("huge", [(0.0, 60.0, "word " * 3000)])
     with pytest.raises(RecordError) as info:
-        es.extract(huge, es.ExtractConfig(model=SMOL, max_new_tokens=100))
+        es.extract(huge, es.ExtractConfig(model=SMOL, max_new_tokens=100, segmentation="model"))
     assert info.value.kind == "context_too_small" and llm.calls == 0
 
 

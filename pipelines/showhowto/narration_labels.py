@@ -1,0 +1,131 @@
+"""`vi extract-steps`' first pass: which narration lines are steps, and where each step starts.
+
+Each line gets one label: STEP (starts a step of the task), MORE (goes on with the step above)
+or TALK (a greeting, the intro's list of what will be done, an aside, a product's features, an
+opinion, a price, the closing words). A step is then a STEP line and the MORE lines right after
+it, so the number of steps and the lines each one spans come from the labels, not from how many
+lines the narrator spoke.
+
+Why a separate pass: asked for the steps with their lines in one reply, the 1.5B default model
+copied every line as a step (14 steps for 6 on a bike-tyre repair, the greeting and "thanks for
+watching" among them), and asked a yes/no question per line ("is this a step?") it said yes
+with about the same probability to the steps and to the talk. Shown labelled examples and read
+by likelihood, one line at a time with its earlier labels in the text, it labels almost every
+line right (python -m vi.evaluation.showhowto.extract_quality).
+
+How the labels are read depends on the backend:
+- in process (llama.cpp): the examples and the lines so far are plain text (no chat template,
+  as in the few-shot papers), and the label is the likeliest of the three after "[n] text ->";
+  the model's own choice is appended before the next line, and llama.cpp keeps the cache of the
+  text shared with the previous line, so a line costs its own tokens only (the cache is reset
+  at each record, so a record's labels do not depend on the one before);
+- a server or transformers: one chat request with the same examples, the reply constrained to
+  `{"labels": [one label per line]}`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from vi.core.errors import RecordError
+
+LABELS = ("STEP", "MORE", "TALK")
+
+
+@cache
+def label_examples() -> str:
+    """The packaged instructions and labelled examples (comment lines dropped)."""
+    text = resources.files("vi.pipelines.common").joinpath("prompt_templates", "extract_steps_labels.txt")
+    return "\n".join(line for line in text.read_text(encoding="utf-8").splitlines()
+                     if not line.startswith("#")).strip() + "\n"
+
+
+def video_header(title: str) -> str:
+    return f'\nVideo: "{title}"\n'
+
+
+def step_runs(labels: list[str]) -> list[tuple[int, int]]:
+    """The steps as (first, last) line indices: a STEP line and the MORE lines right after it.
+    A MORE with no step line right above it (the first line, or after TALK) starts a step: the
+    narrator went back to the task."""
+    runs: list[list[int]] = []
+    for i, label in enumerate(labels):
+        if label == "STEP" or (label == "MORE" and (not runs or runs[-1][1] != i - 1)):
+            runs.append([i, i])
+        elif label == "MORE":
+            runs[-1][1] = i
+    return [(a, b) for a, b in runs]
+
+
+def choose_label(probs: np.ndarray, step_bias: float) -> str:
+    """The likeliest label, except that a line the model finds at least `step_bias` times as
+    likely to start a step as to continue one starts a step."""
+    label = LABELS[int(np.argmax(probs))]
+    if label == "MORE" and probs[0] >= step_bias * probs[1]:
+        return "STEP"
+    return label
+
+
+def _labels_by_likelihood(llm, title: str, texts: list[str], step_bias: float = 1.0) -> list[dict[str, Any]]:
+    from vi.core.models.llm import _evaluate, _last_logits, _log_softmax
+
+    first_token = {}
+    for label in LABELS:  # the label's first token after " " tells the three apart
+        tokens = llm.llama.tokenize(f" {label}".encode(), add_bos=False, special=False)
+        first_token[label] = tokens[0]
+    if len(set(first_token.values())) < len(LABELS):
+        raise RecordError("llm_unsupported", f"{llm.name}: the labels {LABELS} share their first token")
+    text, out = label_examples() + video_header(title), []
+    with llm._lock:  # one llama.cpp context; chat() takes the same lock
+        llm.llama.reset()  # a record's labels never depend on the record before (resume, shards)
+        for n, line in enumerate(texts, 1):
+            text += f"[{n}] {line} ->"
+            _evaluate(llm, llm.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            log_probs = _log_softmax(_last_logits(llm).copy()[None])[0]
+            scores = np.array([log_probs[first_token[label]] for label in LABELS])
+            probs = np.exp(scores - np.logaddexp.reduce(scores))
+            label = choose_label(probs, step_bias)
+            out.append({"label": label, "p": round(float(probs[LABELS.index(label)]), 3),
+                        "probs": [round(float(x), 3) for x in probs]})
+            text += f" {label}\n"
+    return out
+
+
+def labels_schema(count: int) -> dict:
+    return {"type": "object", "properties": {"labels": {
+        "type": "array", "minItems": count, "maxItems": count, "items": {"enum": list(LABELS)}}},
+        "required": ["labels"]}
+
+
+def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> list[dict[str, Any]]:
+    lines = "".join(f"[{n}] {line}\n" for n, line in enumerate(texts, 1))
+    messages = [{"role": "system", "content": label_examples()},
+                {"role": "user", "content": f"Label every line of this video, in order.{video_header(title)}{lines}"
+                 f'Reply with {{"labels": [...]}}: {len(texts)} labels, one per line.'}]
+    schema = labels_schema(len(texts))
+    # every backend constrains the reply to the schema, or validates it and asks again
+    reply = llm.chat(messages, schema=schema, max_tokens=8 * len(texts) + 32)
+    try:
+        labels = json.loads(reply.text)["labels"]
+        if len(labels) != len(texts) or any(label not in LABELS for label in labels):
+            raise ValueError(f"{len(labels)} labels for {len(texts)} lines, or one not in {LABELS}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RecordError("llm_output_invalid", f"record {record_id}: the model's line labels are not "
+                          f"usable ({exc}): {reply.text[:200]!r}") from None
+    return [{"label": label} for label in labels]
+
+
+def label_lines(llm, title: str, texts: list[str], record_id: object = None) -> list[dict[str, Any]]:
+    """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only)."""
+    from vi.core.models.llm import ChatLLM
+
+    if not texts:
+        return []
+    if isinstance(llm, ChatLLM):
+        return _labels_by_likelihood(llm, title, texts)
+    return _labels_by_reply(llm, title, texts, record_id)
