@@ -38,9 +38,16 @@ def ids_in(path) -> Counter:
     return Counter(json.loads(line)["id"] for line in data.split(b"\n") if line)
 
 
+def default_sigint() -> None:
+    # A job started in the background by a non-interactive shell (`cmd &`, as a CI runner may
+    # start the suite) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler: the run would not see the test's Ctrl-C. A user's foreground run has it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(videos, out, *extra):
     return subprocess.Popen([VI, "probe", str(videos), "-q", "-o", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
 
 
 def ids_in_when_done(proc, path) -> Counter:
