@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from contextlib import contextmanager
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,6 +116,14 @@ class ChatLLM:
 
     def close(self) -> None:
         self.llama.close()
+
+    @contextmanager
+    def fresh_context(self):
+        """This model's context to one caller (--concurrency's threads take turns), emptied
+        first, so what is scored in it depends on nothing evaluated before."""
+        with self._lock:
+            self.llama.reset()
+            yield self
 
     @property
     def n_ctx(self) -> int:
@@ -267,6 +276,15 @@ def continuation_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continu
         logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
     log_probs = _log_softmax(np.stack(logits))
     return [float(log_probs[i, token]) for i, token in enumerate(target)]
+
+
+def next_token_log_probs(llm: ChatLLM, text: str) -> np.ndarray:
+    """log P(next token | `text`) over the vocabulary, `text` taken as plain text (no chat
+    template). The cache of the prefix shared with the last evaluation is reused, so text that
+    grows a line at a time costs only its new tokens (inside `fresh_context`, for callers that
+    must not depend on what was evaluated before)."""
+    _evaluate(llm, llm.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+    return _log_softmax(_last_logits(llm).copy()[None])[0]
 
 
 def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = "YES", no: str = "NO",

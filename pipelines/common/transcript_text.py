@@ -32,13 +32,19 @@ def _time(value: Any, where: str, record_id: Any) -> float:
     return float(value)
 
 
+def transcript_segments(record: dict) -> Any:
+    """`transcript.segments` as the record holds it, unchecked (a bare list is accepted too)."""
+    transcript = record["transcript"]
+    return transcript.get("segments") if isinstance(transcript, dict) else transcript
+
+
 def segments_of(record: dict) -> list[Segment]:
     """Every segment of `record['transcript']` with its times checked, in time order."""
     transcript = record.get("transcript")
     if transcript is None:
         raise RecordError("missing_field", f"record {record.get('id')}: no 'transcript' field; "
                           "run vi transcribe first (vi probe ... | vi transcribe | ...)")
-    segments = transcript.get("segments") if isinstance(transcript, dict) else transcript
+    segments = transcript_segments(record)
     if not isinstance(segments, list):
         raise RecordError("bad_transcript", f"record {record.get('id')}: 'transcript.segments' "
                           "must be a list of {start, end, text}")

@@ -37,7 +37,7 @@ from vi.core.records import finite_number
 from vi.core.models.chat import UsesLLM, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments
+from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
 
 STAGE = "extract-steps"
@@ -307,8 +307,7 @@ def timed_steps(cited: list[tuple[int, int, str]], segments: list[Segment], indi
 def speech_lines(record: dict) -> tuple[list[Segment], list[int]]:
     """The speech segments in time order, and the index of each in `transcript.segments`."""
     segments = speech_segments(record)  # checks the transcript
-    transcript = record["transcript"]
-    raw = transcript.get("segments") if isinstance(transcript, dict) else transcript
+    raw = transcript_segments(record)
     order = sorted(range(len(raw)), key=lambda i: (float(raw[i]["start"]),  # as segments_of sorts
                                                    max(float(raw[i]["start"]), float(raw[i]["end"]))))
     indices = [i for i in order if is_speech(raw[i]["text"].strip())]
@@ -355,8 +354,6 @@ def extract(record: dict, config: ExtractConfig) -> dict:
     titles, raw, labels = [], [], {}
     for n, chunk in enumerate(chunks):
         first = number[id(chunk.segments[0])]  # a chunk's lines are consecutive
-        messages = config.template.render(
-            title=title, transcript="\n".join(numbered_lines(chunk.segments, first)))
         if config.segmentation == "labels":
             shown = label_lines(llm, title, [s.text for s in chunk.segments], record["id"])
             labels |= {first + i: mark for i, mark in enumerate(shown)
@@ -370,6 +367,8 @@ def extract(record: dict, config: ExtractConfig) -> dict:
             messages = config.write_template.render(title=title, steps="\n".join(
                 f"Step {k} (lines {a}-{b}): {words}" for k, ((a, b), words) in enumerate(zip(runs, said), 1)))
         else:
+            messages = config.template.render(
+                title=title, transcript="\n".join(numbered_lines(chunk.segments, first)))
             schema = steps_schema(list(range(first, first + len(chunk.segments))))
         reply = llm.chat(messages, schema=schema, max_tokens=config.max_new_tokens,
                          seed=record_seed(config.seed, f"{record['id']}#{n}") % 2**32)
@@ -393,9 +392,7 @@ def extract(record: dict, config: ExtractConfig) -> dict:
                           f"reply ({why})")
     extra = {}
     if labels:  # one label per transcript segment (null: not speech), for reading the steps
-        line_labels: list[str | None] = [None] * len(record["transcript"]["segments"]
-                                                     if isinstance(record["transcript"], dict)
-                                                     else record["transcript"])
+        line_labels: list[str | None] = [None] * len(transcript_segments(record))
         for line, mark in labels.items():
             line_labels[indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels

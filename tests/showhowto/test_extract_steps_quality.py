@@ -208,25 +208,26 @@ def test_labelled_lines_make_the_steps_and_the_model_only_writes_them(monkeypatc
     assert eq.meets_bar(eq.score(record, steps["items"]))
 
 
-def test_a_video_that_is_all_talk_has_no_steps_and_no_writing_request(monkeypatch):
+def labelled_error(labels: list[str], record_id: str, monkeypatch):
+    """The error extract-steps gives when the labelling pass answers `labels`, and the stand-in."""
     from vi.core.errors import RecordError
 
-    llm = LabellingLLM(["TALK"] * 12)
+    llm = LabellingLLM(labels)
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
     with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
-    assert info.value.kind == "no_steps" and "labelled TALK" in info.value.message
+        es.extract(TRANSCRIPTS[record_id], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
+    return info.value, llm
+
+
+def test_a_video_that_is_all_talk_has_no_steps_and_no_writing_request(monkeypatch):
+    error, llm = labelled_error(["TALK"] * 12, "lisbon_vlog", monkeypatch)
+    assert error.kind == "no_steps" and "labelled TALK" in error.message
     assert len(llm.requests) == 1
 
 
 def test_the_wrong_number_of_labels_is_a_clear_error(monkeypatch):
-    from vi.core.errors import RecordError
-
-    llm = LabellingLLM(["STEP"] * 5)
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS["bike_tyre"], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
-    assert info.value.kind == "llm_output_invalid" and "5 labels for 20 lines" in info.value.message
+    error, llm = labelled_error(["STEP"] * 5, "bike_tyre", monkeypatch)
+    assert error.kind == "llm_output_invalid" and "5 labels for 20 lines" in error.message
     assert len(llm.requests) == 1  # (a server's backend has already asked again: core.models.chat_json)
 
 
