@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
 from vi.pipelines.progresscaptioner.judge_progression import letter_to_change, majority
 
 SOURCE_ORDER = ("HTC", "COIN", "Penn&K")  # Table 1's columns, in its order
@@ -86,9 +87,16 @@ def _release_source(path: Path) -> str | None:
     return source_name(head) if head.lower() in SOURCE_NAMES else None
 
 
+def _entry_source(entry: object, default: str | None) -> str | None:
+    if not isinstance(entry, dict) or "id" in entry:
+        return None
+    return source_name(entry["source"]) if entry.get("source") else default
+
+
 def read_labels(path: Path) -> dict[str, list[int]]:
     """id -> labels, from JSONL `{id, labels}` lines, or from the release's sequence file (a JSON list of
-    `{idx, ..., labels}`, its source from the entry's `source` or the file name, the id `<source>/<idx>`)."""
+    `{idx, ..., labels}`, its source from the entry's `source` or the file name, the id `<source>/<idx>`,
+    with the video when an idx repeats, as `vi frames --framecap` names them: frame_sources.framecap_ids)."""
     text = path.read_text(encoding="utf-8")
     out: dict[str, list[int]] = {}
     stripped = text.lstrip()
@@ -98,6 +106,9 @@ def read_labels(path: Path) -> dict[str, list[int]]:
         except ValueError as exc:
             raise ValueError(f"{path}: not JSON ({exc})") from None
         default = _release_source(path)
+        if not isinstance(entries, list):
+            raise ValueError(f"{path}: a release-style labels file is a JSON list")
+        ids_by_source: dict[str, list[str | None]] = {}  # each source's ids over the whole file
         for n, entry in enumerate(entries, 1):
             where = f"{path}: entry {n}"
             if not isinstance(entry, dict) or "idx" not in entry and "id" not in entry:
@@ -110,7 +121,10 @@ def read_labels(path: Path) -> dict[str, list[int]]:
                 if src is None:
                     raise ValueError(f"{where}: no 'source' and the file name ({path.name}) names none of "
                                      f"{', '.join(sorted(set(SOURCE_NAMES.values())))}; add a 'source'")
-                key = f"{src}/{entry['idx']}"
+                if src not in ids_by_source:  # an idx repeats only within one source's entries
+                    ids_by_source[src] = framecap_ids([e if _entry_source(e, default) == src else None
+                                                       for e in entries], src)
+                key = ids_by_source[src][n - 1] or f"{src}/{entry['idx']}"
             out[key] = _label_list(labels, f"{where} (id {key})")
         return out
     for lineno, line in enumerate(text.splitlines(), 1):

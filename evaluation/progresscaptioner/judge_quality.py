@@ -34,6 +34,7 @@ from itertools import combinations
 from pathlib import Path
 
 from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "progcaptioner" / "output"
 SOURCES = {"coin": "COIN", "htc": "HTC"}
@@ -43,9 +44,10 @@ def load_sequences(folder: Path = DATA) -> list[dict]:
     """[{id, source, action, texts: [caption | None], repairs, missing}] from both release files."""
     out = []
     for stem, source in SOURCES.items():
-        for entry in json.loads((folder / f"{stem}_valhs_seq.json").read_text(encoding="utf-8")):
+        entries = json.loads((folder / f"{stem}_valhs_seq.json").read_text(encoding="utf-8"))
+        for entry, record_id in zip(entries, framecap_ids(entries, source)):  # as vi frames --framecap names them
             parsed = parse_frame_replies(entry["response0"], int(entry["n_frames"]))
-            out.append({"id": f"{source}/{entry['idx']}", "source": source, "action": entry["action_label"],
+            out.append({"id": record_id, "source": source, "action": entry["action_label"],
                         "texts": parsed.texts, "repairs": parsed.repairs, "missing": parsed.missing})
     return out
 
@@ -139,7 +141,19 @@ def report(sequences: list[dict], pairs: list[dict], letters: dict, seconds: dic
                       for a, b in combinations(llms, 2)} for prompt in prompts}
     by_source = Counter(p["source"] for p in pairs)
     return {"parse": parse, "pairs": len(pairs), "pairs_by_source": dict(by_source),
-            "distribution": distribution, "agreement": agree}
+            "distribution": distribution, "agreement": agree,
+            "prompts_agree": {ref: prompts_agree(letters[ref, "pseudo"], letters[ref, "eval"])
+                              for ref in llms if (ref, "pseudo") in letters and (ref, "eval") in letters}}
+
+
+def prompts_agree(pseudo: list[str], evaluation: list[str]) -> dict:
+    """How often one judge's two prompts say the same thing of a pair, read as change / no change
+    (pseudo B and eval A are "change"; a C under either prompt says neither)."""
+    from vi.pipelines.progresscaptioner.judge_progression import letter_to_change
+
+    read = [(letter_to_change(a, "pseudo"), letter_to_change(b, "eval")) for a, b in zip(pseudo, evaluation)]
+    both = [(a, b) for a, b in read if a is not None and b is not None]
+    return {"pairs": len(read), "both_decided": len(both), "same": sum(a == b for a, b in both)}
 
 
 def print_tables(result: dict) -> None:
@@ -155,6 +169,9 @@ def print_tables(result: dict) -> None:
     for prompt, rows in result["agreement"].items():
         for name, row in rows.items():
             print(f"{prompt}: {name}: raw agreement {row['raw']}, Cohen's kappa {row['kappa']}", file=sys.stderr)
+    for ref, row in result["prompts_agree"].items():
+        print(f"{ref}: pseudo vs eval, read as change / no change: the same on {row['same']} of the "
+              f"{row['both_decided']} pairs that both prompts decided (of {row['pairs']})", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,9 +133,34 @@ def sequence_of(record: dict, *, fps: float, frames_dir: Path | None, image_root
 SOURCES = {"coin": "COIN", "htc": "HTC"}  # coin_valhs_seq.json, htc_valhs_seq.json
 
 
+def framecap_ids(entries: list, source: str) -> list[str | None]:
+    """Each entry's record id: `<source>/<idx>`, or `<source>/<idx>/<video>` when the idx repeats in
+    the file (None for an entry without an idx).
+
+    Why: the release's coin_valhs_seq.json gives six idx values to two different videos each (0070 is
+    both FuelCar and InstallWoodFlooring), so `<source>/<idx>` alone would give two sequences one id:
+    resume would skip the second and both would save their frames in one folder. <video> is the
+    folder of the entry's first image (the YouTube id in the release), then `#<n>` if that repeats too.
+    A labels file in the release's format gets the same ids (evaluation.progresscaptioner.framecap)."""
+    idx = [str(e["idx"]) if isinstance(e, dict) and isinstance(e.get("idx"), (str, int)) and str(e["idx"])
+           else None for e in entries]
+    repeated = {i for i in idx if i is not None and idx.count(i) > 1}
+    ids: list[str | None] = []
+    for entry, i in zip(entries, idx):
+        if i is None or i not in repeated:
+            ids.append(None if i is None else f"{source}/{i}")
+            continue
+        files = entry.get("image_files")
+        video = Path(str(files[0])).parent.name if isinstance(files, list) and files else ""
+        base = f"{source}/{i}/{video or 'entry'}"
+        ids.append(base if base not in ids else f"{base}#{sum(x is not None and x.startswith(base) for x in ids) + 1}")
+    return ids
+
+
 def framecap_records(path: Path, source: str | None = None) -> list[dict]:
-    """One record per entry {idx, action_label, n_frames, image_files, ...}, id <source>/<idx>,
-    every field of the entry kept; an entry without an idx is an error record."""
+    """One record per entry {idx, action_label, n_frames, image_files, ...}, id <source>/<idx>
+    (framecap_ids: with the video when an idx repeats), every field of the entry kept; an entry
+    without an idx is an error record."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -148,9 +173,9 @@ def framecap_records(path: Path, source: str | None = None) -> list[dict]:
         raise ValueError(f"--framecap {path}: the source dataset cannot be told from the file name "
                          f"(coin_*: COIN, htc_*: HTC); give --source NAME")
     records = []
-    for i, entry in enumerate(data):
-        if isinstance(entry, dict) and isinstance(entry.get("idx"), (str, int)) and str(entry["idx"]):
-            records.append({"id": f"{source}/{entry['idx']}", **entry, "source": source})
+    for i, (entry, record_id) in enumerate(zip(data, framecap_ids(data, source))):
+        if record_id is not None:
+            records.append({"id": record_id, **entry, "source": source})
             continue
         bad = with_error({"id": f"{source}/entry{i}", "entry": entry}, STAGE, "bad_field",
                          f"--framecap {path}: entry {i} is not an object with an 'idx'; fix or drop it")

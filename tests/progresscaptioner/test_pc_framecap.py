@@ -138,6 +138,11 @@ def test_labels_files_jsonl_and_the_release_format(tmp_path):
                                     "labels": [1, 0]}]))
     assert fc.read_labels(jsonl) == {"COIN/0004": [1, 0], "HTC/0009": [1, 0]}
     assert fc.read_labels(release) == {"COIN/0004": [1, 0]}
+    twins = tmp_path / "coin_twins.json"  # an idx given to two videos, as the release does: vi frames' ids
+    twins.write_text(json.dumps([{"idx": "0070", "image_files": [f"coin/{v}/frame001.png"], "labels": [k]}
+                                 for k, v in enumerate(["uMM0lRfX6YI", "7l6ts1YwnfU"])]
+                                + [{"idx": "0071", "source": "HTC", "image_files": ["htc/x/f.png"], "labels": [1]}]))
+    assert fc.read_labels(twins) == {"COIN/0070/uMM0lRfX6YI": [0], "COIN/0070/7l6ts1YwnfU": [1], "HTC/0071": [1]}
     result = fc.evaluate(records, ["captions"], fc.read_labels(jsonl))
     assert result["rows"]["cap-a"]["per_source"]["HTC"]["prog"] == 0.5  # label 1 0, answered B B
     assert result["rows"]["cap-a"]["per_source"]["COIN"]["prog"] == 1.0 and result["labels_unused"] == 0

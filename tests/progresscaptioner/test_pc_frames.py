@@ -112,6 +112,21 @@ def test_framecap_release_without_frames_gives_error_records(tmp_path):
     assert first["kind"] == "missing_media" and entries[0]["image_files"][0] in first["message"]
     assert "--image-root" in first["message"] and str(tmp_path) in first["message"]
     assert out[0]["action_label"] == entries[0]["action_label"]  # the entry's fields pass through
+    # the release gives six idx values to two videos each (0070: FuelCar and InstallWoodFlooring)
+    ids = [r["id"] for r in out]
+    assert len(set(ids)) == len(ids) and "COIN/0004" in ids
+    twins = [r for r in out if r["idx"] == "0070"]
+    assert [r["id"] for r in twins] == ["COIN/0070/uMM0lRfX6YI", "COIN/0070/7l6ts1YwnfU"]
+    assert [r["action_label"] for r in twins] == ["FuelCar", "InstallWoodFlooring"]
+
+
+def test_framecap_ids_name_the_video_only_when_an_idx_repeats():
+    from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
+
+    entries = [{"idx": "1", "image_files": ["v/a/f1.png"]}, {"idx": "2", "image_files": ["v/b/f1.png"]},
+               {"idx": "1", "image_files": ["v/c/f1.png"]}, {"idx": "1", "image_files": ["v/c/f9.png"]},
+               {"no": "idx"}, {"idx": 3}]
+    assert framecap_ids(entries, "COIN") == ["COIN/1/a", "COIN/2", "COIN/1/c", "COIN/1/c#2", None, "COIN/3"]
 
 
 def test_framecap_entries_on_real_frames(tmp_path):
