@@ -50,17 +50,20 @@ RELEASE_MODEL = "ProgressCaptioner-7B (release response0)"
 
 
 def release_records() -> list[dict]:
-    """The release's sequences as vi records: id <source>/<idx>, captions parsed from response0."""
+    """The release's sequences as vi records: id <source>/<idx> (with the video when an idx repeats),
+    captions parsed from response0."""
     from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+    from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
 
     records = []
     for path, source in ((RELEASE / "htc_valhs_seq.json", "HTC"), (RELEASE / "coin_valhs_seq.json", "COIN")):
         if not path.exists():
             raise SystemExit(f"{path} is absent: the shared material lives beside the repository")
-        for entry in json.loads(path.read_text()):
+        entries = json.loads(path.read_text())
+        for entry, record_id in zip(entries, framecap_ids(entries, source)):  # vi frames' ids
             parsed = parse_frame_replies(entry["response0"], entry["n_frames"])
             items = [{"frame": i, "text": t} for i, t in enumerate(parsed.texts) if t]
-            records.append({"id": f"{source}/{entry['idx']}", "source": source, "action": entry["action_label"],
+            records.append({"id": record_id, "source": source, "action": entry["action_label"],
                             "captions": {"model": RELEASE_MODEL, "kind": "release", "window": "full", "items": items,
                                          "repairs": parsed.repairs}})
     return records
