@@ -35,14 +35,15 @@ def extract_steps_command(
     opts: StreamOptions,
     model: LLMOption = es.ExtractConfig.model,
     segmentation: Annotated[str, typer.Option(
-        help="Which lines make a step. model: the model cites each step's lines itself. labels: "
-             "a first pass labels each line STEP, MORE or TALK (greeting, aside, opinion, outro) "
-             "and the model writes one instruction per step: no talk becomes a step, but some "
-             "steps merge (README, vi extract-steps).")] = "model",
+        help="Which lines make a step. filtered (default): the model cites each step's lines "
+             "itself, and a first pass that labels each line STEP, MORE or TALK (greeting, aside, "
+             "opinion, outro) drops the steps whose lines are all talk. model: the citations alone. "
+             "labels: the labels make the steps and the model writes one instruction per step: no "
+             "talk becomes a step, but some steps merge (README, vi extract-steps).")] = "filtered",
     prompt: Annotated[Optional[Path], typer.Option(
         help="Your own prompt file (see the packaged prompt_templates/ for the format): with "
              "--segmentation labels it replaces extract_steps_write.txt and must use ${title} "
-             "and ${steps}; with model, extract_steps.txt, using ${title} and ${transcript}.")] = None,
+             "and ${steps}; with model or filtered, extract_steps.txt, using ${title} and ${transcript}.")] = None,
     n_ctx: Annotated[int, typer.Option(
         help="The model's context window in tokens; longer transcripts are chunked.")] = 4096,
     max_new_tokens: Annotated[int, typer.Option(help="Longest reply, in tokens.")] = 1024,

@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.showhowto.extract_quality [--llm qwen2.5-coder-1.5b] [--llm smollm2-135m]
                                                       [--data FILE] [--only measure|tune] [--json]
-                                                      [--segmentation model|labels]
+                                                      [--segmentation model|labels|filtered]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-cooker", action="store_true", help="skip the pressure-cooker transcript")
     parser.add_argument("--verbose", action="store_true", help="print each extracted step")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
-    parser.add_argument("--segmentation", choices=("model", "labels"), default="model",
+    parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="model",
                         help="vi extract-steps --segmentation: the model's citations, or line labels first")
     args = parser.parse_args(argv)
     records = [r for r in load_transcripts(args.data) if args.only in (None, r["truth"]["use"])

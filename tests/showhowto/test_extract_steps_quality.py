@@ -257,3 +257,55 @@ def test_the_truth_scores_perfectly_and_a_step_per_line_fails_the_bar():
 # The default model on these transcripts takes about 3 minutes each on 2 cores: it is measured by
 # python -m vi.evaluation.showhowto.extract_quality (README, vi extract-steps), not in the suite.
 # tests/showhowto/test_llm_stages.py runs it on the real pressure-cooker transcript.
+
+
+# --- the model's citations, less the steps on talk (--segmentation filtered) ------------------------
+
+class CopyingLLM(LabellingLLM):
+    """A stand-in server LLM for --segmentation filtered: the labelling request gets `labels`,
+    the steps request the failure the issue found, every line copied as a step."""
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        self.requests.append((messages, schema))
+        if "labels" in schema["properties"]:
+            return ChatReply(json.dumps({"labels": self.labels}), 0, 0, "stop")
+        lines = [line.split("] ", 1)[1] for line in messages[-1]["content"].splitlines() if line.startswith("[")]
+        steps = [{"first_line": n, "last_line": n, "text": text} for n, text in enumerate(lines, 1)]
+        return ChatReply(json.dumps({"title": "How to Fix a Flat", "steps": steps}), 0, 0, "stop")
+
+
+@pytest.mark.parametrize("segmentation", ["model", "filtered"])
+def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_citations(segmentation, monkeypatch):
+    record = TRANSCRIPTS["bike_tyre"]
+    labels = truth_labels(record)
+    llm = CopyingLLM(labels)
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation=segmentation))["steps"]
+    cited = [s["lines"][0] for s in steps["items"]]
+    talk = [i for i, label in enumerate(labels) if label == "TALK"]
+    if segmentation == "model":  # the copy keeps every line, the greeting and the phone call among them
+        assert len(llm.requests) == 1 and cited == list(range(20)) and "line_labels" not in steps
+        return
+    assert len(llm.requests) == 2  # the labels, then the model's own steps
+    assert cited == [i for i in range(20) if i not in talk]  # the model's lines, less the talk
+    assert "phone" not in " ".join(s["text"] for s in steps["items"])
+    dropped = [r for r in steps["repairs"] if "all labelled TALK, dropped" in r]
+    assert len(dropped) == len(talk) and steps["line_labels"] == labels
+    assert steps["segmentation"] == "filtered"
+
+
+def test_a_step_with_one_line_that_is_not_talk_is_kept():
+    repairs: list[str] = []
+    kept = es.drop_talk([(1, 2, "Greet, then open the box."), (3, 3, "Wave."), (4, 5, "Lift it.")],
+                        {1: "TALK", 2: "STEP", 3: "TALK", 4: "TALK"}, repairs)  # line 5: no label
+    assert kept == [(1, 2, "Greet, then open the box."), (4, 5, "Lift it.")]
+    assert repairs == ["step 'Wave.': lines 3-3 all labelled TALK, dropped"]
+
+
+def test_filtered_on_a_video_that_is_all_talk_asks_for_no_steps(monkeypatch):
+    llm = CopyingLLM(["TALK"] * 12)
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    with pytest.raises(Exception) as info:
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m"))  # the default: filtered
+    assert info.value.kind == "no_steps" and "labelled TALK" in info.value.message
+    assert len(llm.requests) == 1  # the labels only
