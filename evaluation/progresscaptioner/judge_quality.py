@@ -19,6 +19,8 @@ seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
 so it may be stopped and taken up again. The seconds per pair count the pairs judged in this run.
+The letters behind the README's figures are kept in the repository, measured/judge_answers.jsonl
+(ids as `vi frames --framecap` gives them): `--answers` that file prints the figures again at once.
 """
 
 from __future__ import annotations
