@@ -20,7 +20,8 @@ seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
 so it may be stopped and taken up again. The seconds per pair count the pairs judged in this run.
 The letters behind the README's figures are kept in the repository, measured/judge_answers.jsonl
-(ids as `vi frames --framecap` gives them): `--answers` that file prints the figures again at once.
+(ids as `vi frames --framecap` gives them; every letter of both embedded judges with both prompts on
+all 524 pairs): `--answers` that file prints the figures again at once.
 """
 
 from __future__ import annotations
