@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,8 +20,9 @@ from vi.pipelines.showhowto import extract_steps as es
     app, "extract-steps",
     summary="WikiHow-style steps with start/end times from the transcript, by an LLM "
             "(ShowHowTo).",
-    reads="[cyan]transcript[/cyan], and [cyan]title[/cyan] and [cyan]duration[/cyan] when "
-          "present.",
+    reads="[cyan]transcript[/cyan], and [cyan]title[/cyan], [cyan]duration[/cyan] and "
+          "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
+          "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
            "chunks, repairs, line_labels}: each step cites the first and last transcript line that "
            "state it and its times are those lines' ([cyan]lines[/cyan]: their indices in "
@@ -37,7 +39,8 @@ def extract_steps_command(
     segmentation: Annotated[str, typer.Option(
         help="Which lines make a step. filtered (default): the model cites each step's lines "
              "itself, and a first pass that labels each line STEP, MORE or TALK (greeting, aside, "
-             "opinion, outro) drops the steps whose lines are all talk. model: the citations alone. "
+             "opinion, outro) drops the steps whose lines are all talk; where the model only copied "
+             "the narration lines as steps, the labelled runs make the steps. model: the citations alone. "
              "labels: the labels make the steps and the model writes one instruction per step: no "
              "talk becomes a step, but some steps merge (README, vi extract-steps).")] = "filtered",
     prompt: Annotated[Optional[Path], typer.Option(
@@ -56,6 +59,9 @@ def extract_steps_command(
     threads: ThreadsOption = None,
     concurrency: ConcurrencyOption = 1,
 ):
+    # llama.cpp's OpenMP threads spin between calls unless told otherwise, and starve each other on a busy
+    # machine (see vi describe); set before llama.cpp loads, the user's own value wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     config = es.ExtractConfig(model=model, prompt=prompt, n_ctx=n_ctx,
                               max_new_tokens=max_new_tokens, overlap_s=overlap,
                               tolerance_s=tolerance, device=device, seed=opts.seed,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -51,6 +52,9 @@ def filter_instructional_command(
     if rejects is not None and not drop:
         raise ValueError("--rejects FILE is only used with --drop")
     opts.rejects = rejects
+    # llama.cpp's OpenMP threads spin between calls unless told otherwise, and starve each other on a busy
+    # machine (see vi describe); set before llama.cpp loads, the user's own value wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     config = fi.FilterConfig(model=model, prompt=prompt, max_chars=max_chars, n_ctx=n_ctx,
                              device=device, seed=opts.seed, threads=threads, concurrency=concurrency)
     stage = Stage(fi.STAGE, writes=("instructional",), process=lambda r: fi.classify(r, config),

@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.showhowto.extract_quality [--llm qwen2.5-coder-1.5b] [--llm smollm2-135m]
                                                       [--data FILE] [--only measure|tune] [--json]
-                                                      [--segmentation model|labels|filtered]
+                                                      [--segmentation model|labels|filtered] [--after-filter]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -156,13 +156,24 @@ def report(llm: str, rows: list[dict], cooker: dict | None) -> str:
     return "\n".join(lines)
 
 
-def evaluate(llm: str, records: list[dict], with_cooker: bool = True, **config_args) -> tuple[list[dict], dict | None]:
+def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filter: bool = False,
+             **config_args) -> tuple[list[dict], dict | None]:
+    """Rows of `score` per record; with `after_filter`, each record goes through
+    `vi filter-instructional` (same LLM) first, and one it labels not instructional gets no
+    steps, as in `vi filter-instructional --drop | vi extract-steps`."""
     from vi.pipelines.showhowto.extract_steps import ExtractConfig
+    from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 
     config = ExtractConfig(model=llm, **config_args)
+    screen = FilterConfig(model=llm) if after_filter else None
     rows = []
     for record in records:
-        items, error, seconds = run_one(record, config)
+        if screen is not None:
+            record = record | classify(record, screen)
+        if screen is not None and not record["instructional"]["label"]:
+            items, error, seconds = [], "dropped by filter-instructional", 0.0
+        else:
+            items, error, seconds = run_one(record, config)
         rows.append(score(record, items) | {"error": error, "seconds": seconds, "items": items})
         row = rows[-1]
         print(f"  {llm} {record['id']}: {row['steps']}/{row['true']} steps, R@.3 {fmt(row['recall@0.3'])}, "
@@ -181,14 +192,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-cooker", action="store_true", help="skip the pressure-cooker transcript")
     parser.add_argument("--verbose", action="store_true", help="print each extracted step")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
-    parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="model",
-                        help="vi extract-steps --segmentation: the model's citations, or line labels first")
+    parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
+                        help="vi extract-steps --segmentation (default: the stage's own, filtered)")
+    parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
+                        "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
+                        "not instructional gets no steps")
     args = parser.parse_args(argv)
     records = [r for r in load_transcripts(args.data) if args.only in (None, r["truth"]["use"])
                and (not args.id or r["id"] in args.id)]
     for llm in args.llm or ["qwen2.5-coder-1.5b", "smollm2-135m"]:
-        rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, segmentation=args.segmentation)
-        print(report(f"{llm}, --segmentation {args.segmentation}", rows, cooker), flush=True)
+        rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
+                                segmentation=args.segmentation)
+        print(report(f"{llm}, --segmentation {args.segmentation}"
+                     + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:
                 print(f"  {r['id']}:")

@@ -12,15 +12,22 @@ Which lines make a step (`segmentation`):
   shown, at most MAX_STEPS per chunk; a first pass labels each line STEP, MORE or TALK
   (narration_labels.py), and a step whose every cited line is TALK (a greeting, an aside, the
   outro) is dropped, listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
+  When most of the model's steps on non-talk lines are narration lines copied word for word
+  (copied_steps: the 1.5B model sometimes lists the lines instead of writing steps, and then its
+  citations are one step per line), the chunk's steps are the labelled runs instead, written as
+  in "labels" (one more request). A model that only copies may also be right that there is no
+  task (a vlog's lines about the day read as steps to the labels): a record vi
+  filter-instructional has not labelled is then asked its question once (screen_record), and a No
+  is a not_instructional error record. A record it labelled false costs no request at all.
 - "model": the model's citations as they are, with no label pass.
 - "labels": the labels make the steps (a STEP line and the MORE lines after it) and the model only
   writes one instruction per step, the reply's schema fixing each step's lines.
 On the hand-written narrations (README, vi extract-steps) the labels alone drop the talk the 1.5B
 model copies as steps but merge some steps, and the model alone keeps the steps apart but copies
-talk; filtered keeps the model's steps and the labels' verdict on talk, and meets the issue's bar
-on 4 of 6 transcripts where model meets it on 1 and labels on 3. The citations are checked
-either way: order, overlap, repeats; what is repaired is listed in `steps.repairs`, and a reply
-with no usable step is an error record.
+talk; filtered keeps the model's steps and the labels' verdict on talk, and the labels' runs where
+the model only copied lines. The citations are checked either way (step_citations.py: order,
+overlap, repeats, a citation one line off); what is repaired is listed in `steps.repairs`, and a
+reply with no usable step is an error record.
 
 A transcript longer than the model's context is cut into chunks of whole lines. Each chunk
 owns a stretch of time (its "core") and is shown with `overlap_s` seconds of neighbouring
@@ -32,7 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +50,9 @@ from vi.core.models.chat import UsesLLM, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
+from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
+from vi.pipelines.showhowto.step_citations import COPY_SHARE, cited_steps, copied_steps, drop_talk, line_number
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"
@@ -118,6 +126,7 @@ class ExtractConfig(UsesLLM):
     segmentation: str = "filtered"  # which lines make a step: see the module's docstring
     template: ChatPrompt = field(init=False, compare=False)
     write_template: ChatPrompt = field(init=False, compare=False)
+    screen: FilterConfig = field(init=False, compare=False)  # for copied_steps' question, see extract
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 64 or self.max_new_tokens >= self.n_ctx // 2:
@@ -134,6 +143,9 @@ class ExtractConfig(UsesLLM):
         object.__setattr__(self, "write_template", load_prompt(
             "extract_steps_write", self.prompt if self.segmentation == "labels" else None,
             needs=("title", "steps")))
+        object.__setattr__(self, "screen", FilterConfig(  # the same LLM, loaded once
+            model=self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed, threads=self.threads,
+            concurrency=self.concurrency))
 
 
 @dataclass(frozen=True)
@@ -192,105 +204,6 @@ def parse_reply(text: str, record_id: object) -> tuple[str, list[Any]]:
                           f"{text[:200]!r}") from None
 
 
-def line_number(value: Any) -> int | None:
-    number = finite_number(value)
-    return int(number) if number is not None and number == int(number) else None
-
-
-# Words that say nothing about which line a step comes from.
-_STOPWORDS = frozenset("""a an and the to of in on into onto for with it its it's this that these
-those then now so um uh just like is are be was you your we our i i'm my me they them there here
-till until up down out off over at by from as or but if when while some all one bit little""".split())
-SNAP_WINDOW = 2  # lines a citation may move by, at each end
-SNAP_MARGIN = 0.15  # how much better (F1 of content words) the moved lines must match
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
-
-
-def _match(step: set[str], lines: list[set[str]]) -> float:
-    """F1 between a step's content words and those of a run of lines."""
-    said = set().union(*lines)
-    common = len(step & said)
-    return 0.0 if not common else 2 * common / (len(step) + len(said))
-
-
-def snap_to_lines(first: int, last: int, text: str, texts: list[str]) -> tuple[int, int]:
-    """The run of lines near the cited one that the step's words come from.
-
-    Small models cite the line before the one they paraphrase (their text is right, their
-    number one off), so the cited run may move by up to SNAP_WINDOW lines at each end, to
-    the run whose content words best match the step's (F1), when that is clearly better
-    (SNAP_MARGIN). A step that shares no words with the lines keeps its citation."""
-    words = content_words(text)
-    if not words:
-        return first, last
-    line_words = [content_words(t) for t in texts]
-    cited = _match(words, line_words[first - 1:last])
-    best, where = cited, (first, last)
-    span = last - first
-    for a in range(max(1, first - SNAP_WINDOW), min(len(texts), first + SNAP_WINDOW) + 1):
-        for b in range(a, min(len(texts), last + SNAP_WINDOW, a + span + SNAP_WINDOW) + 1):
-            score = _match(words, line_words[a - 1:b])
-            if score > best + 1e-9:
-                best, where = score, (a, b)
-    return where if best >= cited + SNAP_MARGIN else (first, last)
-
-
-def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
-                ) -> tuple[list[tuple[int, int, str]], list[str]]:
-    """The model's steps as (first line, last line, text), lines numbered 1..`count`: checked,
-    moved onto the lines their words come from (`texts`, the lines' text, when given), in
-    order, without overlaps or repeats: (steps, repairs made)."""
-    cited, repairs = [], []
-    for i, step in enumerate(raw, 1):
-        step = step if isinstance(step, dict) else {}
-        text = str(step.get("text") or step.get("instruction") or "").strip()
-        first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
-        if not text:
-            repairs.append(f"step {i}: no text, dropped")
-            continue
-        if first is None and last is None:
-            repairs.append(f"step {i}: cites no line number, dropped")
-            continue
-        if first is None or last is None:
-            first = last = first if last is None else last
-            repairs.append(f"step {i}: cites one line only, used for both ends")
-        if first > last:
-            first, last = last, first
-            repairs.append(f"step {i}: first line after last line, swapped")
-        if last < 1 or first > count:
-            repairs.append(f"step {i}: cites lines {first}-{last}, outside the transcript's "
-                           f"1-{count}, dropped")
-            continue
-        if first < 1 or last > count:
-            first, last = max(first, 1), min(last, count)
-            repairs.append(f"step {i}: cited lines cut to the transcript's 1-{count}")
-        if texts is not None:
-            moved = snap_to_lines(first, last, text, texts)
-            if moved != (first, last):
-                repairs.append(f"step {i}: cited lines {first}-{last}, moved to {moved[0]}-{moved[1]}, "
-                               "the lines its words come from")
-                first, last = moved
-        cited.append((first, last, text))
-    ordered = sorted(cited, key=lambda c: (c[0], c[1]))
-    if ordered != cited:
-        repairs.append("steps reordered by their lines")
-    steps: list[list] = []
-    for first, last, text in ordered:
-        if steps and steps[-1][2].casefold() == text.casefold():  # often from chunk overlap
-            steps[-1][1] = max(steps[-1][1], last)
-            repairs.append(f"repeated step {text!r} merged")
-            continue
-        if steps and first < steps[-1][1]:  # two steps may share one line, no more
-            repairs.append(f"step {steps[-1][2]!r} (lines {steps[-1][0]}-{steps[-1][1]}) overlapped "
-                           f"the next one; cut to end at line {max(steps[-1][0], first)}")
-            steps[-1][1] = max(steps[-1][0], first)
-        steps.append([first, last, text])
-    return [tuple(s) for s in steps], repairs
-
-
 def timed_steps(cited: list[tuple[int, int, str]], segments: list[Segment], indices: list[int],
                 duration: float, tolerance: float, repairs: list[str]) -> list[dict]:
     """Items `{text, start, end, lines}`: start of the first cited line, end of the last one,
@@ -308,19 +221,6 @@ def timed_steps(cited: list[tuple[int, int, str]], segments: list[Segment], indi
         items.append({"text": text, "start": round(clamped[0], 2), "end": round(clamped[1], 2),
                       "lines": [indices[first - 1], indices[last - 1]]})
     return items
-
-
-def drop_talk(cited: list[tuple[int, int, str]], labels: dict[int, str], repairs: list[str]
-              ) -> list[tuple[int, int, str]]:
-    """The model's steps less those whose every cited line the label pass called TALK (a line
-    with no label, in a chunk's overlap, counts as not talk): `segmentation="filtered"`."""
-    kept = []
-    for first, last, text in cited:
-        if all(labels.get(line) == "TALK" for line in range(first, last + 1)):
-            repairs.append(f"step {text!r}: lines {first}-{last} all labelled TALK, dropped")
-            continue
-        kept.append((first, last, text))
-    return kept
 
 
 def speech_lines(record: dict) -> tuple[list[Segment], list[int]]:
@@ -347,7 +247,45 @@ def video_duration(record: dict, segments: list[Segment]) -> float:
     return duration if duration is not None and duration > 0 else max(s.end for s in segments)
 
 
+def write_labelled_steps(llm, config: ExtractConfig, title: str, chunk: Chunk, first: int,
+                         shown: list[dict], segments: list[Segment], seed: int, record_id: object
+                         ) -> tuple[str, list[dict]]:
+    """The chunk's steps when the labels make them: a STEP line and the MORE lines after it, in
+    the chunk's core; the model writes one instruction for each (`extract_steps_write.txt`). The
+    steps come back marked `fixed_lines`: their lines are the labels', not moved by snapping."""
+    runs = [(first + a, first + b) for a, b in step_runs([m["label"] for m in shown])
+            if chunk.core_start <= chunk.segments[a].start < chunk.core_end]
+    if not runs:  # nothing but talk here: no step to write
+        return "", []
+    said = [" ".join(s.text for s in segments[a - 1:b]) for a, b in runs]
+    messages = config.write_template.render(title=title, steps="\n".join(
+        f"Step {k} (lines {a}-{b}): {words}" for k, ((a, b), words) in enumerate(zip(runs, said), 1)))
+    reply = llm.chat(messages, schema=labelled_steps_schema(runs, said), max_tokens=config.max_new_tokens,
+                     seed=seed)
+    chunk_title, steps = parse_reply(reply.text, record_id)
+    return chunk_title, [{**s, "fixed_lines": True} if isinstance(s, dict) else s for s in steps]
+
+
+def screen_record(record: dict, config: ExtractConfig, copied: str) -> dict:
+    """vi filter-instructional's verdict on a record the model answered with its narration lines
+    (`copied` says how many): a model that finds no steps to write may be right, as on a vlog whose
+    lines about the day read as steps to the labels. Asked only then, and only of a record the
+    filter has not labelled, so a how-to costs nothing more. A No is a not_instructional error."""
+    verdict = classify(record, config.screen)["instructional"]
+    if verdict["label"] is False:
+        raise RecordError("not_instructional", f"record {record['id']}: the model answered with the "
+                          f"narration lines instead of steps ({copied} copied word for word), and asked "
+                          f"vi filter-instructional's question it said the video teaches no task "
+                          f"({verdict['reason']}); vi filter-instructional --drop sets such videos aside")
+    return verdict
+
+
 def extract(record: dict, config: ExtractConfig) -> dict:
+    verdict = record.get("instructional")
+    if isinstance(verdict, dict) and verdict.get("label") is False:  # costs no request
+        raise RecordError("not_instructional", f"record {record['id']}: vi filter-instructional labelled "
+                          f"it not instructional ({verdict.get('reason') or 'no reason given'}), so it has "
+                          "no steps to extract; vi filter-instructional --drop sets such records aside")
     segments, indices = speech_lines(record)
     if not segments:
         raise RecordError("no_narration", f"record {record['id']}: the transcript has no speech "
@@ -370,7 +308,7 @@ def extract(record: dict, config: ExtractConfig) -> dict:
                           f"{config.n_ctx}; raise --n-ctx (or re-run vi transcribe, which cuts "
                           "segments at sentences)")
     chunks = plan_chunks(segments, lambda s: line_tokens[id(s)], budget, config.overlap_s)
-    titles, raw, labels = [], [], {}
+    titles, raw, labels, notes = [], [], {}, []
     for n, chunk in enumerate(chunks):
         first = number[id(chunk.segments[0])]  # a chunk's lines are consecutive
         if config.segmentation in ("labels", "filtered"):
@@ -379,24 +317,30 @@ def extract(record: dict, config: ExtractConfig) -> dict:
                        if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
         if config.segmentation == "filtered" and all(m["label"] == "TALK" for m in shown):
             continue  # no step of this chunk could survive the filter: no request
+        seed = record_seed(config.seed, f"{record['id']}#{n}") % 2**32
         if config.segmentation == "labels":
-            runs = [(first + a, first + b) for a, b in step_runs([m["label"] for m in shown])
-                    if chunk.core_start <= chunk.segments[a].start < chunk.core_end]
-            if not runs:  # nothing but talk here: no step to write
-                continue
-            said = [" ".join(s.text for s in segments[a - 1:b]) for a, b in runs]
-            schema = labelled_steps_schema(runs, said)
-            messages = config.write_template.render(title=title, steps="\n".join(
-                f"Step {k} (lines {a}-{b}): {words}" for k, ((a, b), words) in enumerate(zip(runs, said), 1)))
+            chunk_title, steps = write_labelled_steps(llm, config, title, chunk, first, shown, segments,
+                                                      seed, record["id"])
         else:
             messages = config.template.render(
                 title=title, transcript="\n".join(numbered_lines(chunk.segments, first)))
-            schema = steps_schema(list(range(first, first + len(chunk.segments))))
-        reply = llm.chat(messages, schema=schema, max_tokens=config.max_new_tokens,
-                         seed=record_seed(config.seed, f"{record['id']}#{n}") % 2**32)
-        chunk_title, steps = parse_reply(reply.text, record["id"])
+            reply = llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
+                             max_tokens=config.max_new_tokens, seed=seed)
+            chunk_title, steps = parse_reply(reply.text, record["id"])
+            steps = [s for s in steps if owned_by(chunk, s, segments)]
+            if config.segmentation == "filtered":
+                copied, counted = copied_steps(steps, {first + i: m["label"] for i, m in enumerate(shown)},
+                                               [s.text for s in segments])
+                if counted and copied / counted > COPY_SHARE:
+                    if not isinstance(verdict, dict):  # not screened yet: is there a task at all?
+                        verdict = screen_record(record, config, f"{copied} of its {counted} steps")
+                    notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines "
+                                 "were narration lines copied word for word (it listed lines, not steps); "
+                                 "this chunk's steps are the labelled runs instead")
+                    chunk_title, steps = write_labelled_steps(llm, config, title, chunk, first, shown,
+                                                              segments, seed, record["id"])
         titles.append(chunk_title)
-        raw += [s for s in steps if owned_by(chunk, s, segments)]
+        raw += steps
     if labels and all(mark["label"] == "TALK" for mark in labels.values()):
         raise RecordError("no_steps", f"record {record['id']}: every narration line was labelled "
                           "TALK (a greeting, an aside, an opinion...): the video teaches no task. "
@@ -405,6 +349,7 @@ def extract(record: dict, config: ExtractConfig) -> dict:
     # their words come from (snap_to_lines).
     texts = [s.text for s in segments] if config.segmentation != "labels" else None
     cited, repairs = cited_steps(raw, len(segments), texts)
+    repairs[:0] = notes
     if config.segmentation == "filtered":
         kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs)
         if cited and not kept:

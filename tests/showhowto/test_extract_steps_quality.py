@@ -167,8 +167,8 @@ class LabellingLLM:
 
     n_ctx = 4096
 
-    def __init__(self, labels: list[str]):
-        self.labels, self.requests = labels, []
+    def __init__(self, labels: list[str], answer: str = "Yes"):
+        self.labels, self.answer, self.requests = labels, answer, []
 
     def count_tokens(self, text: str) -> int:
         return len(text) // 4 + 1
@@ -180,6 +180,8 @@ class LabellingLLM:
         self.requests.append((messages, schema))
         if "labels" in schema["properties"]:
             return ChatReply(json.dumps({"labels": self.labels}), 0, 0, "stop")
+        if "answer" in schema["properties"]:  # vi filter-instructional's question
+            return ChatReply(json.dumps({"answer": self.answer, "explanation": "Because."}), 0, 0, "stop")
         fixed = schema["properties"]["steps"]["prefixItems"]
         steps = [{"first_line": f["properties"]["first_line"]["const"],
                   "last_line": f["properties"]["last_line"]["const"], "text": f"Do step {k}."}
@@ -263,36 +265,95 @@ def test_the_truth_scores_perfectly_and_a_step_per_line_fails_the_bar():
 
 class CopyingLLM(LabellingLLM):
     """A stand-in server LLM for --segmentation filtered: the labelling request gets `labels`,
-    the steps request the failure the issue found, every line copied as a step."""
+    the steps request `steps_for(lines shown)` (by default the failure the issue found: every
+    line copied as a step), the writing request one text per labelled run."""
+
+    def __init__(self, labels: list[str], steps_for=None, answer: str = "Yes"):
+        super().__init__(labels, answer)
+        self.steps_for = steps_for or (lambda lines: [
+            {"first_line": n, "last_line": n, "text": text} for n, text in enumerate(lines, 1)])
 
     def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        if "steps" not in schema["properties"] or "prefixItems" in schema["properties"]["steps"]:
+            return super().chat(messages, schema, max_tokens, temperature, seed)
         self.requests.append((messages, schema))
-        if "labels" in schema["properties"]:
-            return ChatReply(json.dumps({"labels": self.labels}), 0, 0, "stop")
         lines = [line.split("] ", 1)[1] for line in messages[-1]["content"].splitlines() if line.startswith("[")]
-        steps = [{"first_line": n, "last_line": n, "text": text} for n, text in enumerate(lines, 1)]
-        return ChatReply(json.dumps({"title": "How to Fix a Flat", "steps": steps}), 0, 0, "stop")
+        return ChatReply(json.dumps({"title": "How to Fix a Flat", "steps": self.steps_for(lines)}), 0, 0, "stop")
+
+
+def own_words(record: dict) -> list[dict]:
+    """The true steps as a model that writes steps would cite them (1-based lines, its own
+    words), plus one step on the phone call."""
+    steps = [{"first_line": a + 1, "last_line": b + 1, "text": f"Step {k} in other words."}
+             for k, (a, b) in enumerate((s["lines"] for s in record["truth"]["steps"]), 1)]
+    return steps[:2] + [{"first_line": 8, "last_line": 9, "text": "Answer the phone."}] + steps[2:]
 
 
 @pytest.mark.parametrize("segmentation", ["model", "filtered"])
 def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_citations(segmentation, monkeypatch):
     record = TRANSCRIPTS["bike_tyre"]
     labels = truth_labels(record)
-    llm = CopyingLLM(labels)
+    llm = CopyingLLM(labels, steps_for=lambda lines: own_words(record))
     monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
     steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation=segmentation))["steps"]
-    cited = [s["lines"][0] for s in steps["items"]]
-    talk = [i for i, label in enumerate(labels) if label == "TALK"]
-    if segmentation == "model":  # the copy keeps every line, the greeting and the phone call among them
-        assert len(llm.requests) == 1 and cited == list(range(20)) and "line_labels" not in steps
+    texts = [s["text"] for s in steps["items"]]
+    if segmentation == "model":  # the model's steps as they are, the phone call among them
+        assert len(llm.requests) == 1 and "Answer the phone." in texts and "line_labels" not in steps
         return
-    assert len(llm.requests) == 2  # the labels, then the model's own steps
-    assert cited == [i for i in range(20) if i not in talk]  # the model's lines, less the talk
-    assert "phone" not in " ".join(s["text"] for s in steps["items"])
-    dropped = [r for r in steps["repairs"] if "all labelled TALK, dropped" in r]
-    assert len(dropped) == len(talk) and steps["line_labels"] == labels
-    assert steps["segmentation"] == "filtered"
+    assert len(llm.requests) == 2  # the labels, then the model's own steps: no rewriting
+    assert texts == [f"Step {k} in other words." for k in range(1, 7)]
+    assert [s["lines"] for s in steps["items"]] == [s["lines"] for s in record["truth"]["steps"]]
+    assert steps["repairs"] == ["step 'Answer the phone.': lines 8-9 all labelled TALK, dropped"]
+    assert steps["line_labels"] == labels and steps["segmentation"] == "filtered"
 
+
+def use_llm(llm, monkeypatch):
+    """`llm` for extract-steps and for the filter's question it may ask."""
+    from vi.pipelines.showhowto import filter_instructional as fi
+
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(fi.FilterConfig, "llm", lambda self: llm)
+
+
+@pytest.mark.parametrize("segmentation", ["model", "filtered"])
+def test_a_model_that_copies_the_lines_gets_the_labelled_runs_instead(segmentation, monkeypatch):
+    """The issue's failure: every narration line copied as a step. filtered sees the copies,
+    asks the filter's question (the record was not screened), and takes the labels' runs, which
+    the model then writes one instruction each."""
+    record = TRANSCRIPTS["bike_tyre"]
+    labels = truth_labels(record)
+    llm = CopyingLLM(labels)
+    use_llm(llm, monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation=segmentation))["steps"]
+    cited = [s["lines"][0] for s in steps["items"]]
+    if segmentation == "model":  # the copy keeps every line, the greeting and the phone call among them
+        assert len(llm.requests) == 1 and cited == list(range(20))
+        assert not eq.meets_bar(eq.score(record, steps["items"]))
+        return
+    asked = [schema for _, schema in llm.requests]
+    assert len(asked) == 4  # the labels, the model's copy, the filter's question, the labelled runs written
+    assert "answer" in asked[2]["properties"] and "prefixItems" in asked[3]["properties"]["steps"]
+    truth = record["truth"]["steps"]
+    assert [(s["start"], s["end"], s["lines"]) for s in steps["items"]] == [
+        (t["start"], t["end"], t["lines"]) for t in truth]
+    assert steps["items"][0]["text"] == "Do step 1."
+    assert steps["repairs"][0].startswith("chunk 1: 12 of the model's 12 steps on non-talk lines were "
+                                          "narration lines copied word for word")
+    assert eq.meets_bar(eq.score(record, steps["items"]))
+
+
+def test_a_step_counts_as_copied_when_it_is_a_nearby_line_up_to_case_and_punctuation():
+    lines = [s["text"] for s in TRANSCRIPTS["bike_tyre"]["transcript"]["segments"]]
+    labels = {n: label for n, label in enumerate(truth_labels(TRANSCRIPTS["bike_tyre"]), 1)}
+    steps = [
+        {"first_line": 10, "last_line": 10, "text": "There it is, a tiny puncture right here."},  # line 11
+        {"first_line": 17, "last_line": 17, "text": "then put the wheel back in the frame and close the brake"},
+        {"first_line": 13, "last_line": 13, "text": "Press the patch on firmly, hold it thirty seconds."},  # edited
+        {"first_line": 15, "last_line": 15, "text": "Remove whatever caused the flat."},  # own words
+        {"first_line": 8, "last_line": 8, "text": "Oh, sorry, my phone is ringing, ignore that."},  # talk
+        {"first_line": 2, "last_line": 19, "text": ""},  # no text: not looked at
+    ]
+    assert es.copied_steps(steps, labels, lines) == (2, 4)
 
 def test_a_step_with_one_line_that_is_not_talk_is_kept():
     repairs: list[str] = []
@@ -309,3 +370,40 @@ def test_filtered_on_a_video_that_is_all_talk_asks_for_no_steps(monkeypatch):
         es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m"))  # the default: filtered
     assert info.value.kind == "no_steps" and "labelled TALK" in info.value.message
     assert len(llm.requests) == 1  # the labels only
+
+
+def test_a_record_the_filter_labelled_not_instructional_costs_no_request(monkeypatch):
+    """vi filter-instructional without --drop keeps such records in the stream: extract-steps
+    trusts its label, and gives a clear error record rather than steps of a vlog."""
+    from vi.core.errors import RecordError
+
+    llm = CopyingLLM(["STEP"] * 12)
+    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    verdict = {"label": False, "reason": "A travel vlog, no task is taught.", "model": "qwen2.5-coder-1.5b"}
+    with pytest.raises(RecordError) as info:
+        es.extract(TRANSCRIPTS["lisbon_vlog"] | {"instructional": verdict}, es.ExtractConfig(model="smollm2-135m"))
+    assert info.value.kind == "not_instructional" and "A travel vlog" in info.value.message
+    assert llm.requests == []
+    steps = es.extract(TRANSCRIPTS["lisbon_vlog"] | {"instructional": verdict | {"label": True}},
+                       es.ExtractConfig(model="smollm2-135m"))["steps"]  # labelled instructional: as usual
+    assert len(llm.requests) >= 2 and steps["items"]
+
+
+def test_a_copying_model_on_a_video_the_filter_rejects_gives_not_instructional(monkeypatch):
+    """The vlog: its lines about the day read as steps to the labels, the model copies them; the
+    filter's question, asked because of the copy, says No. A record the filter already labelled
+    instructional is not asked again."""
+    from vi.core.errors import RecordError
+
+    record = TRANSCRIPTS["lisbon_vlog"]
+    labels = ["TALK", "TALK", "STEP", "MORE", "STEP", "MORE", "STEP", "MORE", "MORE", "TALK", "STEP", "TALK"]
+    llm = CopyingLLM(labels, answer="No")
+    use_llm(llm, monkeypatch)
+    with pytest.raises(RecordError) as info:
+        es.extract(record, es.ExtractConfig(model="smollm2-135m"))
+    assert info.value.kind == "not_instructional" and "8 of its 8 steps" in info.value.message
+    assert len(llm.requests) == 3  # labels, steps, the question: nothing written
+    llm.requests.clear()
+    screened = {"label": True, "reason": "screened before", "model": "x"}
+    steps = es.extract(record | {"instructional": screened}, es.ExtractConfig(model="smollm2-135m"))["steps"]
+    assert len(llm.requests) == 3 and len(steps["items"]) == 4  # labels, steps, the runs written

@@ -1,0 +1,156 @@
+"""Which narration lines a step of `vi extract-steps` comes from: the model's citations checked,
+moved onto the lines its words come from, and judged (a step on talk only, a copied line).
+
+The model cites each step's first and last line (`[n]` in the prompt); small models cite the line
+before the one they paraphrase, repeat a step across a chunk's overlap, or list the narration
+itself as steps. These pure functions repair what can be repaired and say what they did.
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+from typing import Any
+
+from vi.core.records import finite_number
+
+def line_number(value: Any) -> int | None:
+    number = finite_number(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+# Words that say nothing about which line a step comes from.
+_STOPWORDS = frozenset("""a an and the to of in on into onto for with it its it's this that these
+those then now so um uh just like is are be was you your we our i i'm my me they them there here
+till until up down out off over at by from as or but if when while some all one bit little""".split())
+SNAP_WINDOW = 2  # lines a citation may move by, at each end
+SNAP_MARGIN = 0.15  # how much better (F1 of content words) the moved lines must match
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
+
+
+def _match(step: set[str], lines: list[set[str]]) -> float:
+    """F1 between a step's content words and those of a run of lines."""
+    said = set().union(*lines)
+    common = len(step & said)
+    return 0.0 if not common else 2 * common / (len(step) + len(said))
+
+
+def snap_to_lines(first: int, last: int, text: str, texts: list[str]) -> tuple[int, int]:
+    """The run of lines near the cited one that the step's words come from.
+
+    Small models cite the line before the one they paraphrase (their text is right, their
+    number one off), so the cited run may move by up to SNAP_WINDOW lines at each end, to
+    the run whose content words best match the step's (F1), when that is clearly better
+    (SNAP_MARGIN). A step that shares no words with the lines keeps its citation."""
+    words = content_words(text)
+    if not words:
+        return first, last
+    line_words = [content_words(t) for t in texts]
+    cited = _match(words, line_words[first - 1:last])
+    best, where = cited, (first, last)
+    span = last - first
+    for a in range(max(1, first - SNAP_WINDOW), min(len(texts), first + SNAP_WINDOW) + 1):
+        for b in range(a, min(len(texts), last + SNAP_WINDOW, a + span + SNAP_WINDOW) + 1):
+            score = _match(words, line_words[a - 1:b])
+            if score > best + 1e-9:
+                best, where = score, (a, b)
+    return where if best >= cited + SNAP_MARGIN else (first, last)
+
+
+def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
+                ) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """The model's steps as (first line, last line, text), lines numbered 1..`count`: checked,
+    moved onto the lines their words come from (`texts`, the lines' text, when given), in
+    order, without overlaps or repeats: (steps, repairs made)."""
+    cited, repairs = [], []
+    for i, step in enumerate(raw, 1):
+        step = step if isinstance(step, dict) else {}
+        text = str(step.get("text") or step.get("instruction") or "").strip()
+        first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
+        if not text:
+            repairs.append(f"step {i}: no text, dropped")
+            continue
+        if first is None and last is None:
+            repairs.append(f"step {i}: cites no line number, dropped")
+            continue
+        if first is None or last is None:
+            first = last = first if last is None else last
+            repairs.append(f"step {i}: cites one line only, used for both ends")
+        if first > last:
+            first, last = last, first
+            repairs.append(f"step {i}: first line after last line, swapped")
+        if last < 1 or first > count:
+            repairs.append(f"step {i}: cites lines {first}-{last}, outside the transcript's "
+                           f"1-{count}, dropped")
+            continue
+        if first < 1 or last > count:
+            first, last = max(first, 1), min(last, count)
+            repairs.append(f"step {i}: cited lines cut to the transcript's 1-{count}")
+        if texts is not None and not step.get("fixed_lines"):
+            moved = snap_to_lines(first, last, text, texts)
+            if moved != (first, last):
+                repairs.append(f"step {i}: cited lines {first}-{last}, moved to {moved[0]}-{moved[1]}, "
+                               "the lines its words come from")
+                first, last = moved
+        cited.append((first, last, text))
+    ordered = sorted(cited, key=lambda c: (c[0], c[1]))
+    if ordered != cited:
+        repairs.append("steps reordered by their lines")
+    steps: list[list] = []
+    for first, last, text in ordered:
+        if steps and steps[-1][2].casefold() == text.casefold():  # often from chunk overlap
+            steps[-1][1] = max(steps[-1][1], last)
+            repairs.append(f"repeated step {text!r} merged")
+            continue
+        if steps and first < steps[-1][1]:  # two steps may share one line, no more
+            repairs.append(f"step {steps[-1][2]!r} (lines {steps[-1][0]}-{steps[-1][1]}) overlapped "
+                           f"the next one; cut to end at line {max(steps[-1][0], first)}")
+            steps[-1][1] = max(steps[-1][0], first)
+        steps.append([first, last, text])
+    return [tuple(s) for s in steps], repairs
+
+
+def drop_talk(cited: list[tuple[int, int, str]], labels: dict[int, str], repairs: list[str]
+              ) -> list[tuple[int, int, str]]:
+    """The model's steps less those whose every cited line the label pass called TALK (a line
+    with no label, in a chunk's overlap, counts as not talk): `segmentation="filtered"`."""
+    kept = []
+    for first, last, text in cited:
+        if all(labels.get(line) == "TALK" for line in range(first, last + 1)):
+            repairs.append(f"step {text!r}: lines {first}-{last} all labelled TALK, dropped")
+            continue
+        kept.append((first, last, text))
+    return kept
+
+
+COPY_RATIO = 0.97  # difflib's ratio at which a step's text is a narration line (up to case and a comma)
+COPY_SHARE = 0.5  # more than this share of copied steps: the model listed lines instead of steps
+
+
+def copied_steps(steps: list[Any], labels: dict[int, str], texts: list[str]) -> tuple[int, int]:
+    """(how many of `steps` copy a narration line word for word, how many were looked at).
+
+    The 1.5B default model sometimes answers with the narration itself, one line per "step"
+    ("There it is, a tiny puncture right here", "I found a little piece of glass in mine"); its
+    citations then say nothing about which lines make one step. Steps whose cited lines are all
+    TALK (`labels`, line number to label) are not counted: they are dropped anyway. A step is a
+    copy when its text matches a line within SNAP_WINDOW of its citation at COPY_RATIO or more."""
+    copied = counted = 0
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
+        text = str(step.get("text") or "").casefold().strip()
+        if first is None or last is None or not text:
+            continue
+        first, last = min(first, last), max(first, last)
+        if all(labels.get(line) == "TALK" for line in range(first, last + 1)):
+            continue
+        near = range(max(1, first - SNAP_WINDOW), min(len(texts), last + SNAP_WINDOW) + 1)
+        counted += 1
+        copied += any(SequenceMatcher(None, text, texts[i - 1].casefold().strip()).ratio() >= COPY_RATIO
+                      for i in near)
+    return copied, counted
