@@ -160,7 +160,7 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
              **config_args) -> tuple[list[dict], dict | None]:
     """Rows of `score` per record; with `after_filter`, each record goes through
     `vi filter-instructional` (same LLM) first, and one it labels not instructional gets no
-    steps, as in `vi filter-instructional --drop | vi extract-steps`."""
+    steps (extract-steps' own not_instructional error), as in the pipelines."""
     from vi.pipelines.showhowto.extract_steps import ExtractConfig
     from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 
@@ -170,10 +170,7 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
     for record in records:
         if screen is not None:
             record = record | classify(record, screen)
-        if screen is not None and not record["instructional"]["label"]:
-            items, error, seconds = [], "dropped by filter-instructional", 0.0
-        else:
-            items, error, seconds = run_one(record, config)
+        items, error, seconds = run_one(record, config)
         rows.append(score(record, items) | {"error": error, "seconds": seconds, "items": items})
         row = rows[-1]
         print(f"  {llm} {record['id']}: {row['steps']}/{row['true']} steps, R@.3 {fmt(row['recall@0.3'])}, "

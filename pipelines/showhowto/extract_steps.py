@@ -41,12 +41,13 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.core.models.chat import UsesLLM, check_llm
+from vi.core.models.chat import LLMSettings, UsesLLM, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
@@ -126,7 +127,6 @@ class ExtractConfig(UsesLLM):
     segmentation: str = "filtered"  # which lines make a step: see the module's docstring
     template: ChatPrompt = field(init=False, compare=False)
     write_template: ChatPrompt = field(init=False, compare=False)
-    screen: FilterConfig = field(init=False, compare=False)  # for copied_steps' question, see extract
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 64 or self.max_new_tokens >= self.n_ctx // 2:
@@ -143,9 +143,6 @@ class ExtractConfig(UsesLLM):
         object.__setattr__(self, "write_template", load_prompt(
             "extract_steps_write", self.prompt if self.segmentation == "labels" else None,
             needs=("title", "steps")))
-        object.__setattr__(self, "screen", FilterConfig(  # the same LLM, loaded once
-            model=self.model, n_ctx=self.n_ctx, device=self.device, seed=self.seed, threads=self.threads,
-            concurrency=self.concurrency))
 
 
 @dataclass(frozen=True)
@@ -266,12 +263,21 @@ def write_labelled_steps(llm, config: ExtractConfig, title: str, chunk: Chunk, f
     return chunk_title, [{**s, "fixed_lines": True} if isinstance(s, dict) else s for s in steps]
 
 
+@cache
+def screening(settings: LLMSettings) -> FilterConfig:
+    """vi filter-instructional's config on the stage's own LLM (loaded once, shared), built the
+    first time a record needs it: its start-up check would only repeat ExtractConfig's (for a
+    server, one more request before any record)."""
+    return FilterConfig(model=settings.spec, n_ctx=settings.n_ctx, device=settings.device, seed=settings.seed,
+                        threads=settings.threads, concurrency=settings.concurrency)
+
+
 def screen_record(record: dict, config: ExtractConfig, copied: str) -> dict:
     """vi filter-instructional's verdict on a record the model answered with its narration lines
     (`copied` says how many): a model that finds no steps to write may be right, as on a vlog whose
     lines about the day read as steps to the labels. Asked only then, and only of a record the
     filter has not labelled, so a how-to costs nothing more. A No is a not_instructional error."""
-    verdict = classify(record, config.screen)["instructional"]
+    verdict = classify(record, screening(config.llm_settings))["instructional"]
     if verdict["label"] is False:
         raise RecordError("not_instructional", f"record {record['id']}: the model answered with the "
                           f"narration lines instead of steps ({copied} copied word for word), and asked "

@@ -14,6 +14,7 @@ from typing import Any
 
 from vi.core.records import finite_number
 
+
 def line_number(value: Any) -> int | None:
     number = finite_number(value)
     return int(number) if number is not None and number == int(number) else None
@@ -113,13 +114,19 @@ def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
     return [tuple(s) for s in steps], repairs
 
 
+def all_talk(first: int, last: int, labels: dict[int, str]) -> bool:
+    """Whether the label pass called every line first..last TALK (a line with no label, in a
+    chunk's overlap, counts as not talk)."""
+    return all(labels.get(line) == "TALK" for line in range(first, last + 1))
+
+
 def drop_talk(cited: list[tuple[int, int, str]], labels: dict[int, str], repairs: list[str]
               ) -> list[tuple[int, int, str]]:
-    """The model's steps less those whose every cited line the label pass called TALK (a line
-    with no label, in a chunk's overlap, counts as not talk): `segmentation="filtered"`."""
+    """The model's steps less those whose every cited line the label pass called TALK:
+    `segmentation="filtered"`."""
     kept = []
     for first, last, text in cited:
-        if all(labels.get(line) == "TALK" for line in range(first, last + 1)):
+        if all_talk(first, last, labels):
             repairs.append(f"step {text!r}: lines {first}-{last} all labelled TALK, dropped")
             continue
         kept.append((first, last, text))
@@ -147,7 +154,7 @@ def copied_steps(steps: list[Any], labels: dict[int, str], texts: list[str]) -> 
         if first is None or last is None or not text:
             continue
         first, last = min(first, last), max(first, last)
-        if all(labels.get(line) == "TALK" for line in range(first, last + 1)):
+        if all_talk(first, last, labels):
             continue
         near = range(max(1, first - SNAP_WINDOW), min(len(texts), last + SNAP_WINDOW) + 1)
         counted += 1
