@@ -107,7 +107,7 @@ stepdiff-demo: sample
 	  | tee $(STEPDIFF)/transcribed.jsonl | $(VI) clips | tee $(STEPDIFF)/clips.jsonl \
 	  | $(VI) describe --vlm none --top-k 1 --llm $(STEPDIFF_LLM) | tee $(STEPDIFF)/described.jsonl \
 	  | $(VI) pair | tee $(STEPDIFF)/pairs.jsonl \
-	  | $(VI) pair-qa --model $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
+	  | $(VI) pair-qa --llm $(STEPDIFF_LLM) --output $(STEPDIFF)/pair_qa.jsonl --overwrite
 	@$(BIN)/python -m vi.evaluation.demo.show_pairs $(STEPDIFF)/pair_qa.jsonl
 	@$(VI) view $(STEPDIFF)/pair_qa.jsonl $(STEPDIFF)/described.jsonl -o $(STEPDIFF)/report -q \
 	  --title "make stepdiff-demo: pairs and clips" | sed 's|^|report: open |'

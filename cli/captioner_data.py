@@ -12,15 +12,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from vi.cli.app import app
-from vi.cli.stage import CONTRACT_PANEL, os_message, stage_help
+from vi.cli.stage import CONTRACT_PANEL, command, os_message, stage_help
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, EXIT_USAGE
 from vi.core.progress import make_progress, setup_logging, stderr
 from vi.core.records import count_file, read_records
 from vi.core.sink import claim_stdout
 from vi.pipelines.progresscaptioner import captioner_data as cd
 
-DATASET_PANEL = "Dataset"
 SUMMARY = ("Judged captions as ProgressCaptioner's training data: SFT on the captions the judges accept, DPO "
            "on (accepted, rejected) captions of the same frames.")
 HELP, EPILOG = stage_help(
@@ -39,10 +37,6 @@ HELP, EPILOG = stage_help(
 )
 
 
-def _kinds(text: str) -> tuple[str, ...]:
-    return tuple(k.strip() for k in text.split(",") if k.strip())
-
-
 def counts_table(summary: cd.Summary) -> Table:
     """Table 3 of the paper, by source, with the split beside it."""
     table = Table(title="vi captioner-data: samples per source", title_justify="left")
@@ -57,25 +51,14 @@ def counts_table(summary: cd.Summary) -> Table:
     return table
 
 
-@app.command("captioner-data", help=HELP, epilog=EPILOG, short_help=SUMMARY)
+@command(help=HELP, epilog=EPILOG, short_help=SUMMARY, config=cd.CaptionerDataConfig)
 def captioner_data_command(
+    config: cd.CaptionerDataConfig,
     out: Annotated[Path, typer.Option("--out", "-o", help="The dataset folder; created if needed. sft.jsonl and "
-                                      "dpo.jsonl are rewritten, images/ is reused.", rich_help_panel=DATASET_PANEL,
+                                      "dpo.jsonl are rewritten, images/ is reused.", rich_help_panel=cd.DATASET_PANEL,
                                       show_default=False)],
-    heldout_fraction: Annotated[float, typer.Option(
-        help="The share of videos held out (a stable hash of video and --seed; every window of a video on the "
-             "same side).", rich_help_panel=DATASET_PANEL)] = 0.1,
-    max_dpo_per_record: Annotated[Optional[int], typer.Option(
-        min=0, help="At most this many DPO pairs per record (a seeded sample); default: every accepted x "
-                    "rejected combination.", rich_help_panel=DATASET_PANEL, show_default=False)] = None,
-    kinds: Annotated[str, typer.Option(
-        help="Which records to use: pair (2 frames, Stage I), sequence (3-6 frames, Stage II), or both.",
-        rich_help_panel=DATASET_PANEL)] = "pair,sequence",
     input: Annotated[Optional[Path], typer.Option(
         "--input", "-i", help="Read JSONL from FILE instead of stdin.", rich_help_panel=CONTRACT_PANEL)] = None,
-    seed: Annotated[int, typer.Option(
-        "--seed", help="Seeds the split and the --max-dpo-per-record sample; same input + same seed = same "
-                       "dataset.", rich_help_panel=CONTRACT_PANEL)] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.",
                                         rich_help_panel=CONTRACT_PANEL)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs on stderr.",
@@ -85,8 +68,6 @@ def captioner_data_command(
     setup_logging(verbose)
     name = f"vi {cd.STAGE}"
     try:
-        config = cd.CaptionerDataConfig(heldout_fraction=heldout_fraction, seed=seed,
-                                        max_dpo_per_record=max_dpo_per_record, kinds=_kinds(kinds))
         if input is None or str(input) == "-":
             if sys.stdin.isatty():
                 raise ValueError("no records: pass --input FILE or pipe judged JSONL records on stdin")

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
-from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.progress import log
 from vi.core.records import count_in_shard, read_records
@@ -15,7 +12,6 @@ from vi.pipelines.stepdiff import clips
 
 
 @stage_command(
-    app, "clips",
     summary="Clip records (a keystep segment of a video) for StepDiff's pairs: from a StepDiff "
             "benchmark file, an HT-Step-style segment file, or vi extract-steps records.",
     reads="with [cyan]--from-benchmark FILE[/cyan]: the clip ids <youtube_id>_<start>_<end> of a "
@@ -29,49 +25,18 @@ from vi.pipelines.stepdiff import clips
            "youtube id or source record), [cyan]step_index[/cyan] and [cyan]narration[/cyan] (steps "
            "records), [cyan]video_duration[/cyan]. A clip that is not inside its video is an error record.",
     example="vi clips --from-benchmark diffcap_dataset.jsonl --video-root videos/ > clips.jsonl",
+    config=clips.ClipsConfig,
 )
-def clips_command(
-    opts: StreamOptions,
-    from_benchmark: Annotated[list[Path] | None, typer.Option(
-        "--from-benchmark", metavar="FILE", help="A StepDiff benchmark JSONL (repeatable): every distinct "
-        "clip id in reference, candidate, targets, options and answer.")] = None,
-    from_segments: Annotated[Path | None, typer.Option(
-        "--from-segments", metavar="FILE", help="An HT-Step-style segment file (.csv, .tsv, .json list "
-        "or .jsonl): one clip per row.")] = None,
-    video_root: Annotated[Path | None, typer.Option(
-        help="Folder holding <youtube_id>.mp4 (or another video extension) for --from-benchmark "
-             "and --from-segments.")] = None,
-    keysteps: Annotated[Path | None, typer.Option(
-        metavar="FILE", help="With --from-benchmark: a segment file whose rows name the keystep of "
-        "benchmark clips with the same video and times (to the millisecond).")] = None,
-    transcripts: Annotated[Path | None, typer.Option(
-        metavar="FILE", exists=True, dir_okay=False, help="With --from-benchmark or --from-segments: vi transcribe "
-        "records (JSONL) of the videos; each clip gets the narration spoken during it. A record matches a video "
-        "id by its id or its video's file name.")] = None,
-    tolerance: Annotated[float, typer.Option(
-        help="Seconds a clip may end after its video's end (time stamps and files disagree "
-             "slightly).")] = 0.5,
-):
-    if from_benchmark and from_segments is not None:
-        raise ValueError("give --from-benchmark or --from-segments, not both")
-    if keysteps is not None and not from_benchmark:
-        raise ValueError("--keysteps names the keysteps of --from-benchmark clips; use it with --from-benchmark")
-    if transcripts is not None and not (from_benchmark or from_segments is not None):
-        raise ValueError("--transcripts gives narration to --from-benchmark or --from-segments clips; records "
-                         "of vi extract-steps carry their own transcript")
-    if tolerance < 0:
-        raise ValueError("--tolerance must not be negative")
-    if from_benchmark or from_segments is not None:
-        if video_root is None or not video_root.is_dir():
-            raise ValueError(f"--video-root must be a folder of <youtube_id>.mp4 files (got {video_root})")
+def clips_command(opts: StreamOptions, config: clips.ClipsConfig):
+    if config.annotated:
         if opts.input is not None:
             raise ValueError("--input reads vi extract-steps records; with --from-benchmark or "
                              "--from-segments the clips come from that file")
-        records = _annotated(from_benchmark or [], from_segments, video_root, keysteps)
-        if transcripts is not None:
-            found = clips.transcript_index(transcripts)
+        records = _annotated(config.from_benchmark, config.from_segments, config.video_root, config.keysteps)
+        if config.transcripts is not None:
+            found = clips.transcript_index(config.transcripts)
             heard = {r.get("source_id") for r in records} & set(found)
-            log.info("--transcripts %s: narration for the clips of %d of %d videos", transcripts, len(heard),
+            log.info("--transcripts %s: narration for the clips of %d of %d videos", config.transcripts, len(heard),
                      len({r.get("source_id") for r in records if r.get("source_id")}))
             records = list(clips.with_narration(records, found))
         total = lambda: count_in_shard(records, opts.shard)
@@ -80,11 +45,11 @@ def clips_command(
         total = None
     lengths = clips.VideoLengths()
     stage = Stage(clips.STAGE, writes=("video_duration",),
-                  process=lambda record: clips.check_clip(record, lengths, tolerance))
+                  process=lambda record: clips.check_clip(record, lengths, config.tolerance))
     return run_stage(stage, records, opts, total=total)
 
 
-def _annotated(benchmarks: list[Path], segments: Path | None, video_root: Path,
+def _annotated(benchmarks: tuple[Path, ...], segments: Path | None, video_root: Path,
                keysteps: Path | None) -> list[dict]:
     if segments is not None:
         return clips.segment_clips(segments, video_root)

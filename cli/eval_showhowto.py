@@ -6,27 +6,20 @@ this module only parses options and prints.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
-from vi.cli.evaluate import eval_app
-from vi.cli.stage import run_command, stage_help
+from vi.cli.stage import command, run_command, stage_help
 from vi.core.progress import stderr
 from vi.core.records import dumps
 from vi.core.sink import StdoutSink
+from vi.evaluation.showhowto.generator_eval import PAPER_TABLE_1, GeneratorEvalConfig, evaluate
 
 METRICS = ("step_faithfulness", "scene_consistency", "task_faithfulness")
 PAPER_ROW = {"generated": "ShowHowTo", "copy": "copy of input", "random": "random", "source": "source sequences"}
-
-
-class Method(str, Enum):
-    copy = "copy"
-    random = "random"
-    source = "source"
 
 
 HELP, EPILOG = stage_help(
@@ -57,8 +50,6 @@ HELP, EPILOG = stage_help(
 
 
 def result_table(result: dict) -> Table:
-    from vi.evaluation.showhowto.generator_eval import PAPER_TABLE_1
-
     offline = " (offline models: not comparable with the paper)" if result["offline"] else ""
     table = Table(title=f"ShowHowTo step faithfulness, scene consistency, task faithfulness{offline}")
     table.add_column("method")
@@ -72,43 +63,16 @@ def result_table(result: dict) -> Table:
     return table
 
 
-@eval_app.command("showhowto", help=HELP, epilog=EPILOG,
-                  short_help="Score generated ShowHowTo sequences (step, scene, task) or a Table 1 baseline.")
+@command(help=HELP, epilog=EPILOG, config=GeneratorEvalConfig,
+         short_help="Score generated ShowHowTo sequences (step, scene, task) or a Table 1 baseline.")
 def showhowto_command(
-    dataset: Annotated[Path, typer.Option("--dataset", exists=True, file_okay=False, show_default=False,
-                                          help="The test set: a folder written by vi export showhowto.")],
-    generated: Annotated[Path | None, typer.Option(
-        "--generated", exists=True, dir_okay=False, show_default=False,
-        help="vi generate's records (JSONL) for the test set's sequences.")] = None,
-    method: Annotated[Method | None, typer.Option(
-        "--method", show_default=False, help="Score a baseline instead of --generated.")] = None,
-    clip: Annotated[str, typer.Option(
-        "--clip", help="Image-text model of step and task faithfulness: auto (dfn5b-clip-vit-h-14 when cached, "
-                       "else imagenet-labels), imagenet-labels, or a CLIP model as vi align-frames --model takes "
-                       "it (alias, hf-hub:org/name, NAME:TAG, open_clip folder, checkpoint with --clip-arch).")
-    ] = "auto",
-    clip_arch: Annotated[str | None, typer.Option(
-        "--clip-arch", help="The architecture of a --clip checkpoint file: an open_clip model name or a model "
-                            "config .json.")] = None,
-    dino: Annotated[str, typer.Option(
-        "--dino", help="Image model of scene consistency: auto (facebook/dinov2-base when cached, else "
-                       "efficientnet-lite0), efficientnet-lite0 (pooled features), a DINOv2 hub repo in the "
-                       "local cache, or a folder with a transformers DINOv2 model and its image processor.")
-    ] = "auto",
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Images (or texts) per model call.")] = 32,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of --method random's draws.")] = 0,
+    config: GeneratorEvalConfig,
     per_sequence: Annotated[Path | None, typer.Option(
         "--per-sequence", dir_okay=False, show_default=False,
         help="Also write one JSONL row per scored sequence to this file.")] = None,
 ) -> None:
     def body() -> None:
-        from vi.evaluation.showhowto.generator_eval import evaluate
-
-        if (generated is None) == (method is None):
-            raise ValueError("give either --generated FILE (vi generate's output) or --method copy|random|source")
-        result, rows = evaluate(dataset, method.value if method else "generated", generated, clip, clip_arch,
-                                dino, device, batch_size, seed)
+        result, rows = evaluate(config)
         if per_sequence is not None:
             per_sequence.write_bytes(b"".join(dumps(row) for row in rows))
         stderr.print(result_table(result))
@@ -127,4 +91,4 @@ def showhowto_command(
         sink.write(dumps(result))
         sink.close()
 
-    run_command("eval showhowto", body)
+    run_command(body)

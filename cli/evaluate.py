@@ -7,32 +7,18 @@ The metrics live in `vi.evaluation.stepdiff.metrics`, the negative sampling in
 from __future__ import annotations
 
 import sys
-from enum import Enum
-from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.markup import escape
 from rich.table import Table
-from vi.cli.app import app
-from vi.cli.stage import run_command, stage_help
+from vi.cli.stage import command, run_command, stage_help
 from vi.core.progress import stderr
 from vi.core.records import dumps
 from vi.core.sink import StdoutSink
+from vi.evaluation.progresscaptioner import framecap
+from vi.evaluation.stepdiff.mcq_negatives import AUTO, NegativesConfig, Variant
+from vi.evaluation.stepdiff.metrics import ScoreConfig
 
-eval_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
-                       context_settings={"help_option_names": ["-h", "--help"]})
-app.add_typer(eval_app, name="eval",
-              help="Score predictions on StepDiff's benchmarks (DiffCap, DiffMCQ, DiffRank) as the official "
-                   "script does, and build DiffMCQ instances.")
 
-GT = Annotated[Path, typer.Option("--gt", exists=True, dir_okay=False, show_default=False,
-                                  help="The benchmark file: JSONL in the official format.")]
-PRED = Annotated[Path, typer.Option("--pred", exists=True, dir_okay=False, show_default=False,
-                                    help="Predictions: one JSONL line per benchmark line, in the same order.")]
-UNKNOWN = Annotated[bool, typer.Option(
-    "--allow-unknown-categories", help="Score rows whose category is not one of StepDiff's (they get their own "
-                                       "line in the breakdown) instead of refusing the file.")]
 OUTPUT = ("[bold]Writes:[/bold] one JSON object on stdout: {task, rows, METRICS, per_category: {CATEGORY: "
           "{rows, METRICS}}}; a table on stderr. Exit code 2 for a file that cannot be scored; the message "
           "names the file and line.")
@@ -61,40 +47,41 @@ def metrics_table(result: dict) -> Table:
     return table
 
 
-def _score(task: str, gt: Path, pred: Path, allow_unknown: bool) -> None:
+def _score(task: str, config: ScoreConfig) -> None:
     from vi.evaluation.stepdiff.metrics import evaluate_files
 
     def body() -> None:
-        result = evaluate_files(task, gt, pred, allow_unknown_categories=allow_unknown)
+        result = evaluate_files(task, config.gt, config.pred, allow_unknown_categories=config.allow_unknown_categories)
         stderr.print(metrics_table(result))
         sink = StdoutSink()
         sink.write(dumps(result))
         sink.close()
 
-    run_command(f"eval {task}", body)
+    run_command(body)
 
 
-@eval_app.command("diffcap", help=(
+@command(help=(
     "DiffCap: BLEU-1, CIDEr-D and ROUGE-L of generated difference captions (pycocoevalcap, raw strings).\n\n"
     "[bold]Reads:[/bold] --gt rows {reference, candidate, category, text: [captions]}; --pred rows "
     "{generated_text}.\n\n" + OUTPUT), epilog="Example: [cyan]vi eval diffcap --gt diffcap_dataset.jsonl "
-    "--pred my_diffcap.jsonl[/cyan]", short_help="Score difference captions (BLEU-1, CIDEr-D, ROUGE-L).")
-def diffcap_command(gt: GT, pred: PRED, allow_unknown_categories: UNKNOWN = False) -> None:
-    _score("diffcap", gt, pred, allow_unknown_categories)
+    "--pred my_diffcap.jsonl[/cyan]", short_help="Score difference captions (BLEU-1, CIDEr-D, ROUGE-L).",
+    config=ScoreConfig)
+def diffcap_command(config: ScoreConfig) -> None:
+    _score("diffcap", config)
 
 
-@eval_app.command("diffmcq", help=(
+@command(help=(
     "DiffMCQ: accuracy of choosing the video pair a difference caption describes (argmax of 4 scores; a tie "
     "goes to the first option, as numpy's argmax). [cyan]tied_top_rows[/cyan] counts rows with a tied "
     "maximum.\n\n[bold]Reads:[/bold] --gt rows {difference, category, options: 4 x [reference, candidate], "
     "answer}; --pred rows {scores: [4 numbers]}.\n\n" + OUTPUT),
     epilog="Example: [cyan]vi eval diffmcq --gt diffmcq_dataset.jsonl --pred my_scores.jsonl[/cyan]",
-    short_help="Score difference recognition (accuracy over 4 options).")
-def diffmcq_command(gt: GT, pred: PRED, allow_unknown_categories: UNKNOWN = False) -> None:
-    _score("diffmcq", gt, pred, allow_unknown_categories)
+    short_help="Score difference recognition (accuracy over 4 options).", config=ScoreConfig)
+def diffmcq_command(config: ScoreConfig) -> None:
+    _score("diffmcq", config)
 
 
-@eval_app.command("diffrank", help=(
+@command(help=(
     "DiffRank: Kendall's tau-b (scipy) between predicted and annotated scores of 4 targets, averaged over "
     "rows. A row whose predicted (or annotated) scores are all equal has no tau: the official mean is then "
     "NaN, reported as [cyan]ktau_official[/cyan] (null in JSON); [cyan]ktau[/cyan] counts such a row as "
@@ -103,19 +90,13 @@ def diffmcq_command(gt: GT, pred: PRED, allow_unknown_categories: UNKNOWN = Fals
     "[bold]Reads:[/bold] --gt rows {reference, targets: [4], category, scores: [4]}; --pred rows "
     "{scores: [4 numbers]}.\n\n" + OUTPUT),
     epilog="Example: [cyan]vi eval diffrank --gt diffrank_dataset.jsonl --pred my_ranks.jsonl[/cyan]",
-    short_help="Score difference ranking (Kendall's tau).")
-def diffrank_command(gt: GT, pred: PRED, allow_unknown_categories: UNKNOWN = False) -> None:
-    _score("diffrank", gt, pred, allow_unknown_categories)
-
-
-class Variant(str, Enum):
-    v1 = "v1"
-    v2 = "v2"
-    v3 = "v3"
+    short_help="Score difference ranking (Kendall's tau).", config=ScoreConfig)
+def diffrank_command(config: ScoreConfig) -> None:
+    _score("diffrank", config)
 
 
 def _text_model(choice: str) -> str:
-    if choice != "auto":
+    if choice != AUTO:
         return choice
     from vi.core.models import get_spec
 
@@ -141,46 +122,30 @@ NEGATIVES_HELP, NEGATIVES_EPILOG = stage_help(
 )
 
 
-@eval_app.command("mcq-negatives", help=NEGATIVES_HELP, epilog=NEGATIVES_EPILOG,
-                  short_help="Build DiffMCQ instances (negatives v1, v2 or v3) from annotated pairs.")
-def mcq_negatives_command(
-    input: Annotated[Path, typer.Option("--input", "-i", help="DiffCap-style annotations (JSONL); - for stdin.")
-                     ] = Path("-"),
-    variant: Annotated[Variant, typer.Option("--variant", help="How negatives are chosen (see above).")
-                       ] = Variant.v1,
-    clip_features: Annotated[Path | None, typer.Option(
-        "--clip-features", exists=True, dir_okay=False, help="Visual embedding of every clip (needed by v1, v2)."
-    )] = None,
-    text_model: Annotated[str, typer.Option(
-        "--text-model", help="Sentence embedder for caption similarity: auto (mpnet-base when installed, else "
-                             "minilm-l6), an alias from `vi models`, or a sentence-transformers folder.")] = "auto",
-    threshold: Annotated[float, typer.Option(
-        "--threshold", min=-1.0, max=1.0, help="Refuse a negative with a same-category caption whose cosine "
-                                              "similarity to the question is above this.")] = 0.8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of v3's draws and of the option order.")] = 0,
-    device: Annotated[str, typer.Option("--device", help="Where the text embedder runs: auto, cpu, cuda...")
-                      ] = "auto",
-    allow_unknown_categories: UNKNOWN = False,
-) -> None:
+@command(help=NEGATIVES_HELP, epilog=NEGATIVES_EPILOG,
+         short_help="Build DiffMCQ instances (negatives v1, v2 or v3) from annotated pairs.", config=NegativesConfig)
+def mcq_negatives_command(config: NegativesConfig) -> None:
     from vi.evaluation.stepdiff import mcq_negatives
+
+    input, variant = config.input, config.variant
 
     def body() -> None:
         if str(input) == "-" and sys.stdin.isatty():
             raise ValueError("no annotations: pass --input FILE or pipe DiffCap-style JSONL on stdin")
-        annotations = mcq_negatives.read_annotations(input, allow_unknown_categories)
-        features = mcq_negatives.read_clip_features(clip_features) if clip_features else None
+        annotations = mcq_negatives.read_annotations(input, config.allow_unknown_categories)
+        features = mcq_negatives.read_clip_features(config.clip_features) if config.clip_features else None
         if variant is not Variant.v3 and features is None:
             raise ValueError(f"--variant {variant.value} ranks pairs by visual similarity: give --clip-features")
         from vi.core.devices import resolve_placement
         from vi.core.models.text_embedding import load_text_embedder
 
-        placement, model = resolve_placement(device, "auto"), _text_model(text_model)
+        placement, model = resolve_placement(config.device, "auto"), _text_model(config.text_model)
 
         def embed(texts: list[str]):  # loaded only once the input has passed every check
             return load_text_embedder(model, placement).encode(texts)
 
         rows, short = mcq_negatives.build_instances(
-            annotations, variant.value, embed, features, seed=seed, threshold=threshold,
+            annotations, variant.value, embed, features, seed=config.seed, threshold=config.threshold,
             source="<stdin>" if str(input) == "-" else str(input))
         sink = StdoutSink()
         for row in rows:
@@ -194,7 +159,7 @@ def mcq_negatives_command(
         if len(short) > 10:
             stderr.print(f"... and {len(short) - 10} more captions left out", highlight=False)
 
-    run_command("eval mcq-negatives", body)
+    run_command(body)
 
 
 FRAMECAP_HELP, FRAMECAP_EPILOG = stage_help(
@@ -229,9 +194,7 @@ FRAMECAP_HELP, FRAMECAP_EPILOG = stage_help(
 
 
 def framecap_table(result: dict) -> Table:
-    from vi.evaluation.progresscaptioner.framecap import PAPER_TABLE_1, table_cells
-
-    sources, rows = table_cells(result)
+    sources, rows = framecap.table_cells(result)
     table = Table(title="FrameCapEval (Cap = caption matching, Prog = progression detection, %)")
     table.add_column("model", max_width=26, overflow="fold")  # the offline captioner's name is long
     for source in [*sources, "overall"]:
@@ -240,7 +203,7 @@ def framecap_table(result: dict) -> Table:
         table.add_column(f"{name} Prog", justify="right", min_width=5)
     for name, cells in rows:
         table.add_row(escape(name), *cells)
-    for name, figures in PAPER_TABLE_1.items():
+    for name, figures in framecap.PAPER_TABLE_1.items():
         cells = []
         for source in [*sources, "overall"]:
             cells += [f"[dim]{v}[/dim]" for v in figures[source]] if source in figures else ["", ""]
@@ -248,33 +211,23 @@ def framecap_table(result: dict) -> Table:
     return table
 
 
-@eval_app.command("framecap", help=FRAMECAP_HELP, epilog=FRAMECAP_EPILOG,
-                  short_help="Score progress-aware frame captions (FrameCapEval: Cap and Prog per source).")
-def framecap_command(
-    pred: Annotated[list[Path] | None, typer.Option(
-        "--pred", exists=True, dir_okay=False, show_default=False,
-        help="Judged caption records (JSONL); repeat for several models' files. Default: stdin.")] = None,
-    labels: Annotated[Path | None, typer.Option(
-        "--labels", exists=True, dir_okay=False, show_default=False,
-        help="Progression labels per adjacent pair (see Reads); default: the records' progress_labels.")] = None,
-    captions: Annotated[list[str] | None, typer.Option(
-        "--captions", help="Caption field(s) to score, one table row each. Default: captions.")] = None,
-) -> None:
+@command(help=FRAMECAP_HELP, epilog=FRAMECAP_EPILOG, config=framecap.FramecapConfig,
+         short_help="Score progress-aware frame captions (FrameCapEval: Cap and Prog per source).")
+def framecap_command(config: framecap.FramecapConfig) -> None:
     from vi.core.records import read_records
-    from vi.evaluation.progresscaptioner import framecap
 
     def body() -> None:
-        if not pred and sys.stdin.isatty():
+        if not config.pred and sys.stdin.isatty():
             raise ValueError("no records: pass --pred FILE or pipe the judged records on stdin")
-        truth = framecap.read_labels(labels) if labels else None
+        truth = framecap.read_labels(config.labels) if config.labels else None
 
         def records():
-            for path in pred or [None]:
+            for path in config.pred or [None]:
                 yield from read_records(path, "eval framecap")
 
-        result = framecap.evaluate(records(), captions or ["captions"], truth)
+        result = framecap.evaluate(records(), list(config.captions), truth)
         if not result["rows"]:
-            raise ValueError(f"no record carries {' or '.join(captions or ['captions'])}: nothing to score "
+            raise ValueError(f"no record carries {' or '.join(config.captions)}: nothing to score "
                              "(pass --captions FIELD for another caption field)")
         stderr.print(framecap_table(result))
         subset = sum(row["overall"]["matching_subset"] for row in result["rows"].values())
@@ -286,4 +239,4 @@ def framecap_command(
         sink.write(dumps(result))
         sink.close()
 
-    run_command("eval framecap", body)
+    run_command(body)

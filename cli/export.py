@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from vi.cli.app import app
-from vi.cli.stage import CONTRACT_PANEL, stage_help
+from vi.cli.stage import CONTRACT_PANEL, command, stage_help
 from vi.core.errors import EXIT_OK, EXIT_SETUP, EXIT_USAGE, SetupError
 from vi.core.progress import make_progress, setup_logging, stderr
 from vi.core.records import count_file, read_records
 from vi.core.sharding import Shard
 from vi.core.sink import claim_stdout
 from vi.pipelines.showhowto import export as showhowto
-
-export_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True,
-                         context_settings={"help_option_names": ["-h", "--help"]})
-app.add_typer(export_app, name="export",
-              help="Write records out as a training dataset in a model's own layout (files, not JSONL).")
-
-OUTPUT_PANEL = "Dataset"
-
-
-class Layout(str, Enum):
-    showhowto = "showhowto"
-    webdataset = "webdataset"
 
 
 SUMMARY = "Step sequences as ShowHowTo training data: one strip of frames per video, one prompt per frame."
@@ -57,20 +43,20 @@ def _check_input(input: Path | None) -> None:
         raise ValueError(f"--input {input}: no such file")
 
 
-def _export(out: Path, layout: Layout, shard: Shard | None, input: Path | None, quiet: bool, *,
-            height: int, quality: int, maxcount: int, min_steps: int, resume: bool, overwrite: bool
-            ) -> showhowto.ExportReport:
-    writer, skipped = showhowto.open_export(out, layout.value, shard, maxcount=maxcount, resume=resume,
+def _export(config: showhowto.ExportConfig, shard: Shard | None, input: Path | None, quiet: bool, *,
+            resume: bool, overwrite: bool) -> showhowto.ExportReport:
+    out = config.out
+    writer, skipped = showhowto.open_export(out, config.layout, shard, maxcount=config.maxcount, resume=resume,
                                             overwrite=overwrite)
     start = time.perf_counter()
     progress = make_progress(quiet)
     with progress:
-        task = progress.add_task(f"export {layout.value}",
+        task = progress.add_task(f"export {config.layout}",
                                  total=None if quiet else count_file(input, shard))
         report = showhowto.export_records(
-            read_records(input, showhowto.STAGE), writer, skipped, height=height, quality=quality,
-            min_steps=min_steps, shard=shard, on_record=lambda: progress.advance(task))
-    if layout is Layout.showhowto:
+            read_records(input, showhowto.STAGE), writer, skipped, height=config.height, quality=config.quality,
+            min_steps=config.min_steps, shard=shard, on_record=lambda: progress.advance(task))
+    if config.layout == "showhowto":
         count = showhowto.rebuild_prompts_index(out)
         stderr.print(f"{out / 'prompts.json'}: {count} sequences from every shard so far", highlight=False)
     report.seconds = time.perf_counter() - start
@@ -83,27 +69,14 @@ def _export(out: Path, layout: Layout, shard: Shard | None, input: Path | None, 
     return report
 
 
-@export_app.command("showhowto", help=HELP, epilog=EPILOG, short_help=SUMMARY)
+@command(help=HELP, epilog=EPILOG, short_help=SUMMARY, config=showhowto.ExportConfig)
 def showhowto_command(
-    out: Annotated[Path, typer.Option("--out", help="The dataset folder; created if needed.",
-                                      rich_help_panel=OUTPUT_PANEL, show_default=False)],
-    layout: Annotated[Layout, typer.Option(
-        "--format", help="showhowto: the layout of ShowHowTo's own loader; webdataset: tar shards.",
-        rich_help_panel=OUTPUT_PANEL)] = Layout.showhowto,
-    height: Annotated[int, typer.Option(
-        min=16, help="Tile height in pixels; tiles keep their aspect ratio and are never narrower than "
-                     "tall (a portrait frame is centre-cropped to a square).", rich_help_panel=OUTPUT_PANEL)
-    ] = 256,
-    quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality of the strips.",
-                                         rich_help_panel=OUTPUT_PANEL)] = 95,
-    maxcount: Annotated[int, typer.Option(min=1, help="webdataset: sequences per tar shard.",
-                                          rich_help_panel=OUTPUT_PANEL)] = 1000,
-    min_steps: Annotated[int, typer.Option(min=1, help="Skip a video with fewer steps that have a frame.",
-                                           rich_help_panel=OUTPUT_PANEL)] = 2,
+    config: showhowto.ExportConfig,
     index_only: Annotated[bool, typer.Option(
         "--index-only", help="Only rebuild OUT/prompts.json from the sidecars of every shard (a merge step "
                              "after an array job; each run already does it when it ends).",
-        rich_help_panel=OUTPUT_PANEL)] = False,
+        rich_help_panel=showhowto.DATASET_PANEL)] = False,
+    # The record-stream options, as export means them (it writes files, not records): the command's.
     input: Annotated[Optional[Path], typer.Option(
         "--input", "-i", help="Read JSONL from FILE instead of stdin.", rich_help_panel=CONTRACT_PANEL)] = None,
     shard: Annotated[Optional[str], typer.Option(
@@ -126,14 +99,13 @@ def showhowto_command(
     name = f"vi {showhowto.STAGE}"
     try:
         if index_only:
-            if layout is not Layout.showhowto:
+            if config.layout != "showhowto":
                 raise ValueError("--index-only rebuilds prompts.json, which only --format showhowto has")
-            count = showhowto.rebuild_prompts_index(out)
-            stderr.print(f"{name}: {out / 'prompts.json'} lists {count} sequences", highlight=False)
+            count = showhowto.rebuild_prompts_index(config.out)
+            stderr.print(f"{name}: {config.out / 'prompts.json'} lists {count} sequences", highlight=False)
             raise typer.Exit(EXIT_OK)
         _check_input(input)
-        report = _export(out, layout, Shard.parse(shard) if shard else Shard.from_slurm(), input, quiet,
-                         height=height, quality=quality, maxcount=maxcount, min_steps=min_steps,
+        report = _export(config, Shard.parse(shard) if shard else Shard.from_slurm(), input, quiet,
                          resume=resume, overwrite=overwrite)
     except SetupError as exc:
         stderr.print(f"[red]{name}: cannot start:[/red] {escape(str(exc))}", highlight=False)

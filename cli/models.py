@@ -6,14 +6,15 @@ import json
 from typing import Annotated
 
 import typer
+
+from vi.cli.stage import command
 from rich.console import Console
 from rich.table import Table
 
-from vi.cli.app import app
 from vi.core.models.catalog import CATALOG
 
 
-@app.command("models")
+@command()
 def models_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSONL on stdout instead of a table.")] = False,
 ) -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.progress import stderr
 from vi.core.records import count_in_shard, read_records
@@ -14,7 +10,6 @@ from vi.pipelines.stepdiff import pairing
 
 
 @stage_command(
-    app, "pair",
     summary="Pairs of clips with the same keystep from two different videos (StepDiff's "
             "reference/candidate pairs).",
     reads="every clip record of the input at once (it groups them): [cyan]keystep[/cyan], "
@@ -26,35 +21,9 @@ from vi.pipelines.stepdiff import pairing
            "[cyan]description_similarity[/cyan] (with --dedupe-threshold). Clips with errors pass "
            "through unchanged; a clip without a keystep passes through as an error record.",
     example="vi clips -i steps.jsonl | vi pair --match embedding --max-pairs-per-keystep 50 > pairs.jsonl",
-    models=True,
+    config=pairing.PairConfig,
 )
-def pair_command(
-    opts: StreamOptions,
-    match: Annotated[str, typer.Option(
-        help="exact: keysteps equal after case folding and whitespace (labels such as HT-Step's); "
-             "embedding: free-form step texts grouped by sentence-embedding cosine >= --threshold "
-             "(greedy leader clustering, most frequent keystep first).")] = "exact",
-    threshold: Annotated[float, typer.Option(
-        help="With --match embedding: the cosine similarity at which two keysteps are the same.")
-    ] = pairing.PairConfig.threshold,
-    max_pairs_per_keystep: Annotated[int | None, typer.Option(
-        help="Keep at most N pairs per keystep, sampled with a generator seeded by (--seed, keystep); "
-             "default: every pair.")] = None,
-    order: Annotated[str, typer.Option(
-        help="unordered: two clips make one pair, the reference chosen by a seeded coin flip; "
-             "ordered: (A, B) and (B, A) are two pairs.")] = "unordered",
-    dedupe_threshold: Annotated[float | None, typer.Option(
-        help="Skip a pair whose two clips' descriptions (description.step, description, else keystep "
-             "and narration) have a cosine similarity above T: the same scene twice.")] = None,
-    model: Annotated[str, typer.Option(
-        help="Sentence-embedding model for --match embedding and --dedupe-threshold: an alias from "
-             "`vi models`, a sentence-transformers folder or a cached hub id.")] = pairing.PairConfig.model,
-    device: str = "auto",
-    dtype: str = "auto",
-):
-    config = pairing.PairConfig(match=match, threshold=threshold, max_pairs_per_keystep=max_pairs_per_keystep,
-                                order=order, dedupe_threshold=dedupe_threshold, model=model, device=device,
-                                dtype=dtype, seed=opts.seed)
+def pair_command(opts: StreamOptions, config: pairing.PairConfig):
     clips, passing = pairing.split_clips(read_records(opts.input, pairing.STAGE))
     pairs, counts = pairing.plan_pairs(clips, config)
     counts.passed_through = len(passing)

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from vi.cli.app import app
 from vi.cli.stage import stage_command
 from vi.core.progress import log
 from vi.core.records import count_in_shard
@@ -17,7 +16,6 @@ from vi.pipelines.common import probe
 
 
 @stage_command(
-    app, "probe",
     summary="Turn video paths into metadata records (the first stage of every pipeline).",
     reads="video paths as arguments, directories (searched recursively), a text list "
           "(--list), or stdin lines that are paths or JSON records with a [cyan]video[/cyan] field.",

@@ -1,29 +1,35 @@
-"""The options every stage shares, and the decorator that adds them to a stage command.
+"""The options every stage shares, and the decorators that make a function a command.
 
-A stage command is a plain function `fn(opts: StreamOptions, **its_own_options) -> Report`.
+A stage command is a plain function `fn(opts: StreamOptions, config: ItsConfig, **own) -> Report`.
 `stage_command` appends the record-contract options (--input, --output, --resume, --shard,
-...) to its signature, builds the StreamOptions, and maps the outcome to the documented
-exit code, so every stage takes the same options spelled the same way.
+...) to its signature, builds the StreamOptions and the config from their options, and maps the
+outcome to the documented exit code, so every stage takes the same options spelled the same way.
+`command` does the same for a command that is not a stage. Neither registers anything: the command
+table in cli/app.py names each command and loads its module only when it is run or asked for help.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import inspect
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 
+from vi.cli.options import config_parameters, take_values
 from vi.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
 from vi.core.progress import setup_logging, stderr
 from vi.core.seeding import seed_everything
 from vi.core.sharding import Shard
 from vi.core.sink import DownstreamClosed, claim_stdout
-from vi.core.stream import Report, StreamOptions
+from vi.core.records import count_file, read_records
+from vi.core.stream import RecordStage, Report, StreamOptions, run_stage
 
 CONTRACT_PANEL = "Record stream (every stage)"
 MODEL_PANEL = "Model placement"
@@ -86,29 +92,80 @@ def stage_help(summary: str, reads: str, writes: str, example: str) -> tuple[str
     return help_text, f"Example: [cyan]{example}[/cyan]"
 
 
-def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writes: str,
-                  example: str, models: bool | str = False):
-    """Register `fn(opts, **options) -> Report` as `vi NAME` with the shared options added.
+CONTEXT_PARAM = "vi_context"
 
-    models=True adds --device and --dtype; models="device" only --device (for engines whose
-    number format the weights fix, like llama.cpp's GGUF files).
+
+def command_name(ctx: typer.Context | None = None) -> str:
+    """`vi NAME` as the user typed it (`vi judge match`), for messages: the command table names a
+    command, so the command does not repeat its own name. Set when a command starts."""
+    if ctx is not None:
+        names = []
+        while ctx.parent is not None:
+            names.append(ctx.info_name or "")
+            ctx = ctx.parent
+        _running[0] = " ".join(["vi", *reversed(names)])
+    return _running[0]
+
+
+_running = ["vi"]
+_CONTEXT = inspect.Parameter(CONTEXT_PARAM, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
+
+def _with_config(fn: Callable, config: type | None, skip: tuple[str, ...], shared: list[inspect.Parameter]):
+    """fn's own parameters (less `opts`/`config` and the shared ones), then its config's options, then
+    `shared`; and a function that turns the parsed keywords back into (config, own keywords)."""
+    names = {p.name for p in shared}
+    hints = typing.get_type_hints(fn, include_extras=True)  # in fn's module, not this one
+    own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(fn).parameters.values()
+           if p.name not in ("opts", "config") and p.name not in names]
+    from_config = config_parameters(config, skip=skip) if config is not None else []
+
+    def split(kwargs: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+        if config is None:
+            return kwargs
+        values = take_values(config, kwargs, skip=skip)
+        return {**kwargs, "config": config(**values, **fixed)}
+
+    return own + from_config + shared, split
+
+
+def _typer_signature(command: Callable, params: list[inspect.Parameter]) -> None:
+    params = [_CONTEXT, *params]  # typer hands the command its context: its name for messages
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+
+
+def stage_command(*, summary: str, reads: str, writes: str, example: str, config: type | None = None,
+                  models: bool | str | None = None):
+    """Make `fn(opts, [config,] **own) -> Report` a record stage: the record-contract options added,
+    the options of `config` (a dataclass of vi.core.config options) built into `config=`, the outcome
+    mapped to the documented exit code. Its name is the one the command table (cli/app.py) gives it.
+
+    A config field named seed takes --seed; device and dtype are the shared model-placement options
+    (models=True adds --device and --dtype, models="device" only --device; by default what the config
+    has), so every stage spells them the same.
     """
+    fields = {f.name for f in dataclasses.fields(config)} if config is not None else set()
+    if models is None:
+        models = True if "dtype" in fields else "device" if "device" in fields else False
     placement = _MODEL if models is True else [_MODEL[0]] if models == "device" else []
     extra = _COMMON + placement
+    shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d) for n, a, d in extra]
+    from_contract = tuple(n for n in ("seed", "device", "dtype") if n in fields)
 
     def decorate(fn):
-        # The function names device/dtype to receive them; their declaration is the shared one.
-        names = {n for n, _, _ in extra}
-        hints = typing.get_type_hints(fn, include_extras=True)  # in fn's module, not this one
-        own = [p.replace(annotation=hints.get(p.name, p.annotation))
-               for p in inspect.signature(fn).parameters.values()
-               if p.name != "opts" and p.name not in names]
-        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
-                  for n, a, d in extra]
+        params, split = _with_config(fn, config, from_contract, shared)
 
         @functools.wraps(fn)
         def command(**kwargs):
+            name = command_name(kwargs.pop(CONTEXT_PARAM, None))
             common = {n: kwargs.pop(n) for n, _, _ in _COMMON}
+            placed = {n: kwargs[n] for n, _, _ in placement}
+            if config is not None:  # the config receives them; fn names them only if it wants them too
+                for n in placed:
+                    if n not in inspect.signature(fn).parameters:
+                        kwargs.pop(n)
             claim_stdout()  # before any library can print: stdout is for records only
             setup_logging(common["verbose"])
             try:
@@ -121,47 +178,94 @@ def stage_command(app: typer.Typer, name: str, *, summary: str, reads: str, writ
                     strict=common["strict"], quiet=common["quiet"],
                     seed=common["seed"])
                 seed_everything(opts.seed)
-                report = fn(opts, **kwargs)
+                fixed = {"seed": opts.seed, **placed}
+                report = fn(opts, **split(kwargs, {n: fixed[n] for n in from_contract}))
             except SetupError as exc:
-                stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
+                stderr.print(f"[red]{name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None
             except (ValueError, OSError) as exc:  # bad options, -i/-o paths we cannot use, a full disk
-                stderr.print(f"[red]vi {name}:[/red] {escape(os_message(exc))}", highlight=False)
+                stderr.print(f"[red]{name}:[/red] {escape(os_message(exc))}", highlight=False)
                 raise typer.Exit(EXIT_USAGE) from None
             except KeyboardInterrupt:  # Ctrl-C: what is in --output is whole lines, resumable
-                stderr.print(f"[red]vi {name}: interrupted[/red]; the records written so far are "
+                stderr.print(f"[red]{name}: interrupted[/red]; the records written so far are "
                              "complete: rerun with --resume to finish", highlight=False)
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             raise typer.Exit(report.exit_code if isinstance(report, Report) else int(report or 0))
 
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
-        command.__signature__ = inspect.Signature(params)
-        command.__annotations__ = {p.name: p.annotation for p in params}
+        _typer_signature(command, params)
         help_text, epilog = stage_help(summary, reads, writes, example)
-        app.command(name, help=help_text, epilog=epilog, short_help=summary)(command)
-        return fn
+        command.typer_command = {"help": help_text, "epilog": epilog, "short_help": summary}
+        command.stage_function = fn  # the plain function, for tests and scripts
+        return command
 
     return decorate
 
 
+def record_stage_command(spec: RecordStage):
+    """The command of a RecordStage: its config's options, the records of --input, its process."""
 
-def run_command(name: str, body: Callable[[], None]) -> None:
+    @stage_command(summary=spec.summary, reads=spec.reads, writes=spec.writes, example=spec.example,
+                   config=spec.config)
+    def run(opts: StreamOptions, config):
+        # The config was checked when built, before the stream starts: a bad option is exit 2 and a
+        # missing model exit 5, with nothing written; models load on the first record that needs them.
+        return run_stage(spec.stage(config), read_records(opts.input, spec.name), opts,
+                         total=lambda: count_file(opts.input, opts.shard))
+
+    return run
+
+
+def command(*, help: str | None = None, short_help: str | None = None, epilog: str | None = None, config: type | None = None,
+            **typer_kwargs: Any):
+    """Make `fn([config,] **own)` a command that is not a record stage (vi eval, vi train; help
+    None: the function's docstring): its
+    config's options built into `config=` as stage_command does; it runs its body through
+    run_command for the stages' exit codes."""
+
+    def decorate(fn):
+        params, split = _with_config(fn, config, (), [])
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs):
+            command_name(kwargs.pop(CONTEXT_PARAM, None))
+            with exit_codes():  # the config is checked before the body: a bad option exit 2, a missing model 5
+                kwargs = split(kwargs, {})
+            return fn(**kwargs)
+
+        _typer_signature(wrapper, params)
+        wrapper.typer_command = {"help": help, "short_help": short_help, "epilog": epilog, **typer_kwargs}
+        return wrapper
+
+    return decorate
+
+
+@contextlib.contextmanager
+def exit_codes():
+    """The stages' exit codes for what fails in a command that is not a record stage: 5 for a
+    missing model or a setup failure, 2 for input or options it cannot use (the message names
+    file and line)."""
+    name = command_name()
+    try:
+        yield
+    except SetupError as exc:
+        stderr.print(f"[red]{name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_SETUP) from None
+    except RecordError as exc:  # e.g. frames that cannot be decoded: here, nothing to go on without
+        stderr.print(f"[red]{name}:[/red] {escape(exc.message)}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
+        stderr.print(f"[red]{name}:[/red] {escape(os_message(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def run_command(body: Callable[[], None]) -> None:
     """Run a command that is not a record stage (vi eval, vi predict) with the stages' exit
-    codes: 5 for a missing model or a setup failure, 2 for input or options it cannot use (the
-    message names file and line), 0 when a downstream reader such as `head` stops early."""
+    codes (`exit_codes`), and 0 when a downstream reader such as `head` stops early."""
     claim_stdout()  # stdout carries only the result: pycocoevalcap, torch and llama.cpp print
     setup_logging(False)
     try:
-        body()
-    except SetupError as exc:
-        stderr.print(f"[red]vi {name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(EXIT_SETUP) from None
-    except RecordError as exc:  # e.g. frames that cannot be decoded: here, nothing to go on without
-        stderr.print(f"[red]vi {name}:[/red] {escape(exc.message)}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except (ValueError, OSError) as exc:  # BenchmarkFileError is a ValueError
-        stderr.print(f"[red]vi {name}:[/red] {escape(os_message(exc))}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        with exit_codes():
+            body()
     except DownstreamClosed:
         pass
     raise typer.Exit(EXIT_OK)

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from vi.cli.stage import command
 from rich.markup import escape
 
-from vi.cli.app import app
 from vi.core.errors import EXIT_OK, EXIT_USAGE
 from vi.core.progress import make_progress, stderr
 
@@ -30,7 +31,7 @@ Example: [cyan]vi view out/demo/steps.jsonl -o out/demo/report[/cyan], or
 """
 
 
-@app.command("view", epilog=EPILOG)
+@command(epilog=EPILOG)
 def view_command(
     inputs: Annotated[Optional[list[Path]], typer.Argument(
         metavar="[JSONL]...", help="Record files; - or none for stdin.", show_default=False)] = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Documented exit codes (README, "Record contract"). 2 is click/typer's usage error.
+# Documented exit codes (docs/records.md). 2 is click/typer's usage error.
 EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_USAGE = 2

@@ -134,10 +134,6 @@ class FeatureStore:
             _refuse_other(path, other, found[0][1])
         return found[0][1] if found else {}
 
-    def refresh(self) -> None:
-        """Index the chunks again (ones other writers have finished since)."""
-        self._index = None
-
     def _chunks(self) -> list[Path]:
         files = [f for p in self.paths for f in p.glob(CHUNK_PATTERN)]
         return sorted(files, key=lambda f: (f.stat().st_mtime_ns, f.name))

@@ -23,10 +23,6 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
-def current_seed() -> int:
-    return 0 if _seed is None else _seed
-
-
 def seed_libraries() -> None:
     """Seed torch (CPU and every GPU) with the run's seed; called before a model is built."""
     if _seed is None:

@@ -80,6 +80,27 @@ class Stage:
             self.batch_size = max(self.batch_size, IN_FLIGHT_BATCHES * self.concurrency)
 
 
+@dataclass(frozen=True)
+class RecordStage:
+    """A stage that is one function of (record, config): the command table runs it as it is, so
+    adding such a stage is its pipeline module (this, its config dataclass, the function) and one
+    line in cli/app.py's table. `summary`, `reads`, `writes` and `example` are its --help; `fields`
+    what it adds to a record; the config's `concurrency`, when it has one, is the stage's."""
+
+    name: str
+    summary: str
+    reads: str
+    writes: str
+    example: str
+    config: type
+    fields: tuple[str, ...]
+    process: Callable[[Record, Any], Fields]
+
+    def stage(self, config: Any) -> Stage:
+        return Stage(self.name, writes=self.fields, process=lambda record: self.process(record, config),
+                     concurrency=getattr(config, "concurrency", 1))
+
+
 @dataclass
 class Report:
     stage: str

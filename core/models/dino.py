@@ -2,6 +2,7 @@
 
 A reference is resolved to a local folder first (`resolve_dino`, cheap, no torch model built), so a
 missing model is a ModelNotAvailable before any work, naming what to fetch:
+- an alias from `vi models` (dinov2-base), from the local HF cache;
 - a local folder holding a transformers DINOv2 model (config.json + weights) and its
   preprocessor_config.json (what `save_pretrained` of the model and its image processor write);
 - a hub repo id (`facebook/dinov2-base`, or `hf-hub:org/name`), from the local HF cache only unless
@@ -21,9 +22,9 @@ from typing import Any
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.models.cache import load_once
+from vi.core.models.catalog import CATALOG, DEFAULT_DINO, local_weights
 from vi.core.models.sources import downloads_allowed, hub_snapshot
 
-DEFAULT_DINO = "facebook/dinov2-base"
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _NEEDS = ("config.json", "preprocessor_config.json")
 
@@ -53,13 +54,15 @@ def _from_folder(label: str, folder: Path) -> DinoSource:
 
 def resolve_dino(ref: str = DEFAULT_DINO) -> DinoSource:
     """The local folder behind a DINOv2 reference; raises ModelNotAvailable at once."""
+    if ref in CATALOG:
+        return _from_folder(ref, local_weights(ref, role="dino"))
     path = Path(ref).expanduser()
     if path.is_dir():
         return _from_folder(ref, path)
     repo = ref.removeprefix("hf-hub:")
     if not (ref.startswith("hf-hub:") or _HUB_ID.match(ref)):
-        raise ModelNotAvailable(f"DINOv2 model {ref!r}: neither an existing folder nor a hub repo id such as "
-                                f"{DEFAULT_DINO}")
+        raise ModelNotAvailable(f"DINOv2 model {ref!r}: neither an alias from `vi models`, an existing folder "
+                                f"nor a hub repo id such as {DEFAULT_DINO}")
     snapshot = hub_snapshot(repo)
     if snapshot is None and downloads_allowed():
         from huggingface_hub import snapshot_download

@@ -28,8 +28,7 @@ from vi.core.devices import resolve_placement
 from vi.core.errors import RecordError
 from vi.core.models.cache import load_once
 from vi.core.models.causal_lm import CausalLM, load_causal_lm, resolve_causal_lm
-from vi.core.models.chat import chat_json
-from vi.core.models.llm import MESSAGE_OVERHEAD_TOKENS, ChatReply
+from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS, ChatReply, chat_json
 
 GATHER_S = 0.02  # how long the first request of a batch waits for others to join it
 

@@ -14,33 +14,30 @@ import threading
 from contextlib import contextmanager
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vi.core.devices import usable_cpus
+from vi.core.devices import passive_openmp, usable_cpus
 from vi.core.errors import ModelNotAvailable, RecordError, SetupError
 from vi.core.models.cache import load_once
-from vi.core.models.resolve import resolve_model
+from vi.core.models.catalog import local_weights
+from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS, ChatReply
 
 GPU_KINDS = ("cuda", "mps")
-MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators the chat template adds per message
 DECODE_CHUNK = 256  # most tokens per scoring batch (and never more than the context's n_batch)
 
 
-@dataclass(frozen=True)
-class ChatReply:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str  # "stop", or "length" when max_tokens cut the reply off
+def _llama_cpp():
+    """The llama_cpp module, its OpenMP threads passive between calls (core.devices.passive_openmp)."""
+    passive_openmp()
+    import llama_cpp
+
+    return llama_cpp
 
 
 def gpu_offload_supported() -> bool:
-    import llama_cpp
-
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return bool(_llama_cpp().llama_supports_gpu_offload())
 
 
 def llama_gpu_layers(device: str) -> int:
@@ -67,7 +64,7 @@ def gguf_path(ref: str) -> Path:
         raise ValueError(f"{ref!r}: this command runs its LLM in process through llama.cpp (it reads the "
                          "model's likelihoods, which a chat server does not give): name a GGUF model")
     ref = rest if colon and backend == "llama.cpp" else ref
-    path = resolve_model(ref, role="llm")
+    path = local_weights(ref, role="llm")
     if path.is_dir():
         found = sorted(path.rglob("*.gguf"))
         if len(found) != 1:
@@ -97,8 +94,7 @@ class ChatLLM:
 
     def __init__(self, path: Path, n_ctx: int, gpu_layers: int, seed: int, threads: int,
                  gpu_index: int | None = None):
-        import llama_cpp
-
+        llama_cpp = _llama_cpp()
         self.path = path
         self.name = path.name
         # cuda:N puts the whole model on GPU N; plain cuda lets llama.cpp split it by layer

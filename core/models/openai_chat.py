@@ -36,8 +36,7 @@ from typing import Any
 
 from vi.core.errors import RecordError, SetupError
 from vi.core.models.cache import load_once
-from vi.core.models.chat import LLMSpec, chat_json, env_number
-from vi.core.models.llm import MESSAGE_OVERHEAD_TOKENS, ChatReply
+from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS, ChatReply, LLMSpec, chat_json, env_number
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 BYTES_PER_TOKEN_ESTIMATE = 2

@@ -18,7 +18,7 @@ import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable
 from vi.core.models.cache import load_once
-from vi.core.models.resolve import resolve_model
+from vi.core.models.catalog import local_weights
 
 ROLE = "text-embedding"
 POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
@@ -33,7 +33,7 @@ class EmbedderFiles:
 
 def locate(ref: str | Path) -> EmbedderFiles:
     """The folder `ref` names and how to pool it; ModelNotAvailable if it is not a model folder."""
-    found = resolve_model(ref, role=ROLE)
+    found = local_weights(ref, role=ROLE)
     folder = found.parent if found.is_file() else found
     if not (folder / "config.json").is_file():
         raise ModelNotAvailable(f"text-embedding model {str(ref)!r}: {folder} has no config.json; "

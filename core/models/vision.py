@@ -24,17 +24,13 @@ from typing import Any
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.models.cache import load_once
-from vi.core.models.catalog import CATALOG
-from vi.core.models.resolve import resolve_model
+from vi.core.models.catalog import CATALOG, DEFAULT_IMAGE_CLASSIFIER, local_weights
 from vi.core.models.sources import downloads_allowed, hub_snapshot
 
 OPEN_CLIP_CONFIG = "open_clip_config.json"
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
-# Catalogue aliases that open_clip knows as an architecture + pretrained tag, whose settings
-# (QuickGELU, bicubic, squash) then come from open_clip itself, not from the repo's files.
-ALIAS_ARCHS = {"dfn5b-clip-vit-h-14": ("ViT-H-14-quickgelu", "dfn5b")}
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-IMAGENET_ARCH = "efficientnet-lite0"
+IMAGENET_ARCH = DEFAULT_IMAGE_CLASSIFIER  # the catalogue's alias is the package's architecture name
 IMAGENET_INPUT = 224  # EfficientNet-Lite0's training resolution
 
 
@@ -73,10 +69,11 @@ def _tag_source(label: str, arch: str, tag: str, weights: str) -> ClipSource:
 
 
 def _from_folder(label: str, folder: Path) -> ClipSource:
-    if label in ALIAS_ARCHS:  # open_clip's own config for the tag: architecture and preprocessing
+    spec = CATALOG.get(label)
+    if spec is not None and spec.open_clip_tag:  # open_clip's own config for the tag: architecture and preprocessing
         for name in ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"):
             if (folder / name).is_file():
-                return _tag_source(label, *ALIAS_ARCHS[label], str(folder / name))
+                return _tag_source(label, *spec.open_clip_tag, str(folder / name))
     if (folder / OPEN_CLIP_CONFIG).is_file() and _has_checkpoint(folder):
         return ClipSource(label, f"local-dir:{folder}")
     raise ModelNotAvailable(
@@ -146,7 +143,7 @@ def _named_tag(ref: str) -> ClipSource | None:
 def resolve_clip(ref: str, arch: str | None = None) -> ClipSource:
     """The local files behind a CLIP reference (see the module docstring); raises at once."""
     if ref in CATALOG:
-        return _from_folder(ref, resolve_model(ref, role="clip"))
+        return _from_folder(ref, local_weights(ref, role="clip"))
     path = Path(ref).expanduser()
     if path.is_dir():
         return _from_folder(ref, path)
@@ -211,7 +208,7 @@ def locate_imagenet_classifier(ref: str = IMAGENET_ARCH) -> Path:
     """The weights file (a lukemelas-style EfficientNet-Lite0 state dict) `ref` names."""
     from importlib.util import find_spec
 
-    path = resolve_model(ref, role="image-classifier")
+    path = local_weights(ref, role="image-classifier")
     if find_spec("efficientnet_lite_pytorch") is None:
         raise ModelNotAvailable(f"image classifier {ref!r} needs the package efficientnet-lite-pytorch, "
                                 "which is not installed; make install (or: pip install 'vi[models]')")

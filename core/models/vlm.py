@@ -1,10 +1,10 @@
 """Vision-language models and zero-shot object detectors from transformers, each loaded once per process.
 
-A reference is a local model folder or a hub id `org/name` already in the local Hugging Face cache
-(`resolve_model`). It is checked first, cheaply and without building anything (`locate_vlm`,
+A reference is an alias from `vi models`, a local model folder or a hub id `org/name` already in the local
+Hugging Face cache (`catalog.local_weights`). It is checked first, cheaply and without building anything (`locate_vlm`,
 `locate_detector`): a missing model, or one that is not of a supported kind, stops a stage before any
 record with a message that names what to fetch. `cached_vlm()`/`cached_detector()` pick the first model
-of a short list (KNOWN_VLMS, KNOWN_DETECTORS) that is in the local cache. Everything loads with
+of the catalogue's (KNOWN_VLMS, KNOWN_DETECTORS) that is in the local cache. Everything loads with
 local_files_only=True, so nothing here can start a download.
 
 - `VisionLanguageModel`: AutoProcessor + AutoModelForImageTextToText (LLaVA-OneVision, Qwen2-VL, ...). The
@@ -27,14 +27,12 @@ import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.models.cache import load_once
-from vi.core.models.resolve import resolve_model
+from vi.core.models.catalog import hub_repos, local_weights
 from vi.core.models.sources import hub_snapshot
 
-# Preference order for `auto`: the strongest that is cached wins.
-KNOWN_VLMS = ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2-VL-7B-Instruct",
-              "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-2B-Instruct", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")
-KNOWN_DETECTORS = ("IDEA-Research/grounding-dino-base", "google/owlv2-base-patch16-ensemble",
-                   "IDEA-Research/grounding-dino-tiny", "google/owlvit-base-patch32")
+# Preference order for `auto` (the catalogue's order): the strongest that is cached wins.
+KNOWN_VLMS = hub_repos("vlm")
+KNOWN_DETECTORS = hub_repos("detector")
 # How a detector's logits map to its text queries: one column per query (OWL), or one per token (DINO).
 QUERY_DETECTORS = ("owlvit", "owlv2")
 TOKEN_DETECTORS = ("grounding-dino", "mm-grounding-dino")
@@ -49,8 +47,8 @@ class HFModelFiles:
     model_type: str  # config.json's model_type
 
 
-def _locate(ref: str, what: str, supported: tuple[str, ...], example: str) -> HFModelFiles:
-    folder = resolve_model(ref)  # an alias, a path or a cached hub id; else ModelNotAvailable with `hf download`
+def _locate(ref: str, role: str, what: str, supported: tuple[str, ...], example: str) -> HFModelFiles:
+    folder = local_weights(ref, role)  # an alias, a path or a cached hub id; else ModelNotAvailable with `hf download`
     config = folder / "config.json"
     if not folder.is_dir() or not config.is_file():
         raise ModelNotAvailable(f"{what} {ref!r}: {folder} is not a transformers model folder (no config.json); "
@@ -79,7 +77,8 @@ def locate_vlm(ref: str) -> HFModelFiles:
     """The folder of a vision-language model that AutoModelForImageTextToText builds, with a chat template."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-    files = _locate(ref, "vision-language model", tuple(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES), KNOWN_VLMS[0])
+    supported = tuple(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+    files = _locate(ref, "vlm", "vision-language model", supported, KNOWN_VLMS[0])
     if not _has_chat_template(files.folder):
         raise ModelNotAvailable(f"vision-language model {ref!r}: {files.folder} has no chat template "
                                 f"({', '.join(CHAT_TEMPLATE_FILES)}), so vi cannot build its prompt; use an "
@@ -89,7 +88,7 @@ def locate_vlm(ref: str) -> HFModelFiles:
 
 def locate_detector(ref: str) -> HFModelFiles:
     """The folder of a zero-shot object detector vi can score text queries with."""
-    return _locate(ref, "zero-shot detector", QUERY_DETECTORS + TOKEN_DETECTORS, KNOWN_DETECTORS[0])
+    return _locate(ref, "detector", "zero-shot detector", QUERY_DETECTORS + TOKEN_DETECTORS, KNOWN_DETECTORS[0])
 
 
 def cached_vlm() -> HFModelFiles | None:

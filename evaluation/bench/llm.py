@@ -29,9 +29,9 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
     from vi.pipelines.showhowto import extract_steps as es
     from vi.pipelines.common.transcript_text import speech_segments, timestamped_lines
 
-    config = es.ExtractConfig(**({"model": model} if model else {}))
+    config = es.ExtractConfig(**({"llm": model} if model else {}))
     record = transcript_record(sample_dir / "fruit_salad.json")
-    llm = config.llm()
+    llm = config.load_llm()
     messages = config.template.render(
         title=record["title"], transcript="\n".join(timestamped_lines(speech_segments(record))))
     tokens: dict[str, int] = {}
@@ -48,11 +48,11 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
         tokens["prompt"] = out["usage"]["prompt_tokens"]
         tokens["completion"] = out["usage"]["completion_tokens"]
 
-    progress.print(f"  extract-steps on {record['id']} with {config.model}, {repeats} runs per side")
+    progress.print(f"  extract-steps on {record['id']} with {config.llm}, {repeats} runs per side")
     vi_side()  # warm-up: the model is loaded and the first call's allocations are done
     samples = alternate({"vi": vi_side, "raw": raw_side}, repeats,
                         on_sample=lambda name, s: show_sample(name, s))
-    return {"model": config.model, "record": record["id"], **tokens,
+    return {"model": config.llm, "record": record["id"], **tokens,
             "vi": [s.__dict__ for s in samples["vi"]], "raw": [s.__dict__ for s in samples["raw"]]}
 
 

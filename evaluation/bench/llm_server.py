@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from vi.core.models.catalog import SMALL_LLM
 from vi.evaluation.bench.tools import Row, progress
 
-MODEL = "smollm2-135m"
+MODEL = SMALL_LLM
 IN_FLIGHT = (1, 4, 8)
 TOPICS = [("How to fix a bike tire", "First remove the wheel. Then lever the tire off and find the hole."),
           ("My holiday vlog", "Hi guys, today we went to the beach and had ice cream."),
@@ -47,8 +48,8 @@ def run_filter(spec: str, records: list[dict], concurrency: int, threads: int, o
     from vi.core.stream import Stage, StreamOptions, run_stage
     from vi.pipelines.showhowto import filter_instructional as fi
 
-    config = fi.FilterConfig(model=spec, threads=threads, concurrency=concurrency)
-    config.llm()  # loaded, or the server checked, outside the timing
+    config = fi.FilterConfig(llm=spec, threads=threads, concurrency=concurrency)
+    config.load_llm()  # loaded, or the server checked, outside the timing
     stage = Stage(fi.STAGE, writes=("instructional",), process=lambda r: fi.classify(r, config),
                   concurrency=concurrency)
     start = time.perf_counter()
@@ -82,11 +83,11 @@ def start_server(model_path: Path, threads: int) -> tuple[subprocess.Popen, str]
 
 
 def bench_llm_server(count: int = 12) -> dict:
-    from vi.core.models.llm import gguf_path
+    from vi.core.models.resolve import resolve
 
     threads, records = os.cpu_count() or 1, bench_records(count)
     result: dict = {"model": MODEL, "records": count, "threads": threads, "seconds": {}}
-    proc, url = start_server(gguf_path(MODEL), threads)
+    proc, url = start_server(resolve(MODEL, "llm"), threads)
     try:
         with tempfile.TemporaryDirectory(prefix="vi-bench-llm-") as tmp:
             out = Path(tmp) / "out.jsonl"

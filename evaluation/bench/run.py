@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from vi.core.models.catalog import DEFAULT_ASR
 from vi.core.sink import claim_stdout
 from vi.evaluation.bench.align import bench_align_frames
 from vi.evaluation.bench.llm import bench_extract_steps, extract_steps_rows
@@ -85,7 +86,7 @@ REPRODUCE = "make bench   (= python -m vi.evaluation.bench.run --sample out/samp
 TARGET_RATIO = 1.10  # vi within 10% of the raw library; memory within 10% from 10 to 1,000
 PROBE_FILES = 200
 MEMORY_COUNTS = (10, 1_000)
-ASR_MODEL = "whisper-tiny.en"
+ASR_MODEL = DEFAULT_ASR
 BATCH_SIZE = 8  # vi transcribe's default, passed to the raw call too
 
 
@@ -119,13 +120,14 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
     """Steady state: both models loaded once in this process, then alternating calls."""
     import whisperx
     from vi.core import media as vi_media
-    from vi.core.models import load_once, resolve_model
+    from vi.core.models import load_once
+    from vi.core.models.resolve import resolve
     from vi.core.models.cache import load_counts
     from vi.pipelines.common import transcribe as vi_transcribe
 
     # device="cpu" like the raw call (auto would pick a GPU where there is one).
     config = vi_transcribe.TranscribeConfig(align_model="none", device="cpu")
-    model_path = str(resolve_model(ASR_MODEL))
+    model_path = str(resolve(ASR_MODEL, "asr"))
     record = {"id": media.stem, "video": str(media), **vi_media.probe(media).as_fields()}
 
     # An untimed load of each first pays the imports (torch, pyannote, ...) and first-load
@@ -186,7 +188,7 @@ def bench_transcribe_in_process(media: Path, repeats: int) -> dict:
 
 def bench_transcribe_end_to_end(media: Path, work: Path, out: Path, repeats: int) -> dict:
     """What a user runs: a fresh `vi transcribe` process against a fresh raw-whisperx one."""
-    from vi.core.models import resolve_model
+    from vi.core.models.resolve import resolve
     from vi.pipelines.common.transcribe import TranscribeConfig
 
     record = work / "record.jsonl"
@@ -194,7 +196,7 @@ def bench_transcribe_end_to_end(media: Path, work: Path, out: Path, repeats: int
     threads = TranscribeConfig().threads
     vi_cmd = [*vi_command(), "transcribe", "-q", "--device", "cpu"]
     vi_out, raw_out = out / "e2e_vi_transcript.jsonl", out / "e2e_raw_whisperx.json"
-    raw_cmd = [sys.executable, "-c", RAW_WHISPERX_SCRIPT, str(resolve_model(ASR_MODEL)),
+    raw_cmd = [sys.executable, "-c", RAW_WHISPERX_SCRIPT, str(resolve(ASR_MODEL, "asr")),
                str(media), str(threads), str(BATCH_SIZE), str(raw_out)]
     samples = alternate({"vi": lambda: run_checked(vi_cmd, stdin=record, stdout=vi_out),
                          "raw": lambda: run_checked(raw_cmd)}, repeats, show_sample)

@@ -39,13 +39,15 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore, FeatureWriter
     from vi.pipelines.stepdiff.model import StepDiffModel
-    from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
+    from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER, SMALL_LLM
+    from vi.core.models.resolve import resolve
+    from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder
 
     placement = resolve_placement(device)
     clips = sample_clips(sample_dir)
-    encoder = load_video_encoder(resolve_video_encoder("efficientnet-lite0"), placement)
+    encoder = load_video_encoder(resolve(DEFAULT_IMAGE_CLASSIFIER, "video-encoder"), placement)
     torch.manual_seed(0)
-    model = StepDiffModel.build("smollm2-135m", encoder.info, placement, dim=256)
+    model = StepDiffModel.build(SMALL_LLM, encoder.info, placement, dim=256)
     optimizer = torch.optim.AdamW(model.projector.parameters(), lr=1e-4)
     pairs = [(clips[i], clips[(i + 5) % len(clips)]) for i in range(len(clips))]
     sequences = {(a["id"], b["id"]): model.format.finished(model.format.pair_question(

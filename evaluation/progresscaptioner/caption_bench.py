@@ -124,12 +124,13 @@ def bench_caption_frames(arch: str = "qwen2_vl", sequences: int = 16, frames: in
     import numpy as np
     from vi.core.devices import resolve_placement
     from vi.core.models import vlm, vlm_batch
+    from vi.core.models.resolve import resolve
     from vi.pipelines.common.chat_prompt import load_prompt
 
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         folder = build_tiny_vlm(arch, Path(tmp) / arch)
         placement = resolve_placement(device, "float32", engine="torch")
-        model = vlm.load_vlm(vlm.locate_vlm(str(folder)), placement)
+        model = vlm.load_vlm(resolve(folder, "vlm"), placement)
         template = load_prompt("progress_caption_no_action", None, ("n_frames", "frame_lines"))
         lines = "\n".join(f"<Frame {i}>: Your description" for i in range(1, frames + 1))
         messages = template.render(n_frames=str(frames), frame_lines=lines)

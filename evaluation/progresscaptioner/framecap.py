@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vi.core.config import option
 from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
 from vi.pipelines.progresscaptioner.judge_progression import letter_to_change, majority
 
@@ -50,6 +51,23 @@ PAPER_TABLE_1 = {  # Cap / Prog per source, for orientation on the table
     "GPT-4o (paper)": {"HTC": (32.4, 64.2), "COIN": (21.3, 58.4), "Penn&K": (18.2, 63.2)},
     "LLaVA-OV-7B (paper)": {"HTC": (7.8, 59.0), "COIN": (5.9, 57.3), "Penn&K": (5.1, 50.8)},
 }
+
+DEFAULT_FIELD = "captions"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FramecapConfig:
+    """The options of `vi eval framecap`."""
+
+    pred: tuple[Path, ...] = option(
+        (), flag="--pred", exists=True, dir_okay=False, show_default=False,
+        help="Judged caption records (JSONL); repeat for several models' files. Default: stdin.")
+    labels: Path | None = option(
+        None, flag="--labels", exists=True, dir_okay=False, show_default=False,
+        help="Progression labels per adjacent pair (see Reads); default: the records' progress_labels.")
+    captions: tuple[str, ...] = option(
+        (DEFAULT_FIELD,), flag="--captions", show_default=False,
+        help=f"Caption field(s) to score, one table row each. Default: {DEFAULT_FIELD}.")
 
 
 def source_name(text: str | None) -> str:

@@ -19,7 +19,7 @@ seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
 so it may be stopped and taken up again. The seconds per pair count the pairs judged in this run.
-The letters behind the README's figures are kept in the repository, measured/judge_answers.jsonl
+The letters behind the figures of evaluation/progresscaptioner/RESULTS.md are kept in the repository, measured/judge_answers.jsonl
 (ids as `vi frames --framecap` gives them; every letter of both embedded judges with both prompts on
 all 524 pairs): `--answers` that file prints the figures again at once.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -36,6 +35,7 @@ from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
+from vi.core.models.catalog import DEFAULT_LLM, SMALL_LLM
 from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
 from vi.pipelines.progresscaptioner.frame_sources import framecap_ids
 
@@ -179,8 +179,7 @@ def print_tables(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llm", action="append", help="a judge (repeat); default smollm2-135m and "
-                        "qwen2.5-coder-1.5b")
+    parser.add_argument("--llm", action="append", help=f"a judge (repeat); default {SMALL_LLM} and {DEFAULT_LLM}")
     parser.add_argument("--prompt", action="append", choices=("pseudo", "eval"), help="default both")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--limit", type=int, default=None, help="judge a seeded sample of N sequences")
@@ -190,11 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                         "a rerun with the same file judges only the pairs it lacks")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # llama.cpp's idle OpenMP threads spin otherwise
     if not args.data.is_dir():
         print(f"{args.data} is absent: the release's FrameCapEval outputs live in ../shared", file=sys.stderr)
         return 2
-    llms, prompts = args.llm or ["smollm2-135m", "qwen2.5-coder-1.5b"], args.prompt or ["pseudo", "eval"]
+    llms, prompts = args.llm or [SMALL_LLM, DEFAULT_LLM], args.prompt or ["pseudo", "eval"]
     sequences = load_sequences(args.data)
     chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
     pairs = adjacent_pairs(chosen)

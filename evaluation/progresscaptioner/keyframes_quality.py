@@ -40,12 +40,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER, DEFAULT_LLM, SMALL_LLM
 from vi.core.models.chat import LLMSettings, load_llm
 from vi.pipelines.progresscaptioner import keyframes as kf
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO.parent / "shared" / "data" / "progcaptioner" / "output"
-DEFAULT_MODELS = "smollm2-135m,qwen2.5-coder-1.5b"
+DEFAULT_MODELS = f"{SMALL_LLM},{DEFAULT_LLM}"
 RELEASE_MODEL = "ProgressCaptioner-7B (release response0)"
 
 
@@ -70,7 +71,7 @@ def release_records() -> list[dict]:
 
 
 def judge_config(model: str, threads: int | None, **extra) -> tuple[kf.KeyframesConfig, object]:
-    config = kf.KeyframesConfig(model=model, threads=threads, **extra)
+    config = kf.KeyframesConfig(llm=model, threads=threads, **extra)
     return config, load_llm(LLMSettings(model, n_ctx=config.n_ctx, threads=threads))
 
 
@@ -178,7 +179,7 @@ def run_samples(args, console: Console) -> dict:
         add(f"progress ({model})", kept, letters=dict(letters), seconds=round(time.time() - start, 1))
         add(f"uniform (count of {model})",
             [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)])
-    kmeans = kf.KeyframesConfig(method="kmeans", image_model="efficientnet-lite0", device="cpu", seed=args.seed)
+    kmeans = kf.KeyframesConfig(method="kmeans", image_model=DEFAULT_IMAGE_CLASSIFIER, device="cpu", seed=args.seed)
     add("kmeans (efficientnet-lite0)", [[k["index"] for k in kf.keyframes(r, kmeans)["keyframes"]] for r in records])
     add("all frames", [list(range(len(plan))) for plan in stages])
 

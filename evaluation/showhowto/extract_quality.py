@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vi.core.models.catalog import DEFAULT_LLM, SMALL_LLM
 from vi.evaluation.showhowto.quality import iou
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "showhowto" / "data" / "extract_steps_transcripts.jsonl"
@@ -164,8 +165,8 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
     from vi.pipelines.showhowto.extract_steps import ExtractConfig
     from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 
-    config = ExtractConfig(model=llm, **config_args)
-    screen = FilterConfig(model=llm) if after_filter else None
+    config = ExtractConfig(llm=llm, **config_args)
+    screen = FilterConfig(llm=llm) if after_filter else None
     rows = []
     for record in records:
         if screen is not None:
@@ -197,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     records = [r for r in load_transcripts(args.data) if args.only in (None, r["truth"]["use"])
                and (not args.id or r["id"] in args.id)]
-    for llm in args.llm or ["qwen2.5-coder-1.5b", "smollm2-135m"]:
+    for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 segmentation=args.segmentation)
         print(report(f"{llm}, --segmentation {args.segmentation}"

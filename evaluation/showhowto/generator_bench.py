@@ -82,7 +82,7 @@ def bench_generator(sequences: int = 8, frames: int = 4, batch: int = 8, ddim_st
                     t = trainers[name]
                     t.step = 0  # the same batches every time (the draw depends on the step)
                     for _ in range(train_steps):
-                        t.train_step(t.g)
+                        t.train_step()
                 return run
 
             for name in trainers:  # warm-up; fills the cache

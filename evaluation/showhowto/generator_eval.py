@@ -18,13 +18,18 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from PIL import Image
 
+from vi.core.config import option
 from vi.core.devices import Placement, resolve_placement
 from vi.core.models import dino, get_spec, vision
+from vi.core.models.catalog import DEFAULT_DINO, DEFAULT_IMAGE_CLASSIFIER
+from vi.core.models.resolve import resolve
 from vi.core.progress import log
 from vi.core.seeding import record_rng
 from vi.evaluation.showhowto import generator_metrics as metrics
@@ -37,6 +42,33 @@ CHUNK = 256  # images decoded at a time
 # Table 1, ShowHowTo test set: (step faithfulness, scene consistency, task faithfulness).
 PAPER_TABLE_1 = {"ShowHowTo": (0.52, 0.34, 0.42), "copy of input": (0.19, 0.62, 0.39),
                  "random": (0.19, 0.00, 0.01), "source sequences": (0.50, 1.00, 0.56)}
+Method = Enum("Method", [(name, name) for name in METHODS[1:]], type=str)  # --method's choices: the baselines
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorEvalConfig:
+    """The options of `vi eval showhowto`: the test set, what is scored on it, and the models scoring it."""
+
+    dataset: Path = option(exists=True, file_okay=False, show_default=False,
+                           help="The test set: a folder written by vi export showhowto.")
+    generated: Path | None = option(None, exists=True, dir_okay=False, show_default=False,
+                                    help="vi generate's records (JSONL) for the test set's sequences.")
+    method: str | None = option(  # None: score --generated
+        None, cli_type=Optional[Method], parse=lambda method: None if method is None else Method(method).value,
+        show_default=False, help="Score a baseline instead of --generated.")
+    clip: str = option("auto", help=(
+        "Image-text model of step and task faithfulness: auto (dfn5b-clip-vit-h-14 when cached, "
+        "else imagenet-labels), imagenet-labels, or a CLIP model as vi align-frames --model takes "
+        "it (alias, hf-hub:org/name, NAME:TAG, open_clip folder, checkpoint with --clip-arch)."))
+    clip_arch: str | None = option(None, help=(
+        "The architecture of a --clip checkpoint file: an open_clip model name or a model config .json."))
+    dino: str = option("auto", help=(
+        "Image model of scene consistency: auto (facebook/dinov2-base when cached, else "
+        "efficientnet-lite0), efficientnet-lite0 (pooled features), a DINOv2 hub repo in the "
+        "local cache, or a folder with a transformers DINOv2 model and its image processor."))
+    device: str = option("auto", help="auto, cpu, cuda or cuda:N.")
+    batch_size: int = option(32, min=1, help="Images (or texts) per model call.")
+    seed: int = option(0, help="Seed of --method random's draws.")
 
 
 @dataclass
@@ -117,14 +149,14 @@ def resolve_text_image(ref: str, arch: str | None) -> fs.ScorerChoice:
 def resolve_scene(ref: str) -> dino.DinoSource | Path:
     """A DINOv2 source, or the EfficientNet-Lite0 weights file for the offline scene features."""
     if ref == "auto":
-        if dino.dino_available(dino.DEFAULT_DINO):
-            return dino.resolve_dino(dino.DEFAULT_DINO)
+        if dino.dino_available(DEFAULT_DINO):
+            return resolve(DEFAULT_DINO, "dino")
         log.info("eval showhowto: %s is not in the local hub cache (`hf download %s`): scene consistency "
-                 "uses %s instead", dino.DEFAULT_DINO, dino.DEFAULT_DINO, EFFICIENTNET_FEATURES)
+                 "uses %s instead", DEFAULT_DINO, DEFAULT_DINO, EFFICIENTNET_FEATURES)
         ref = vision.IMAGENET_ARCH
     if ref in (vision.IMAGENET_ARCH, fs.LABEL_SCORER):
-        return vision.locate_imagenet_classifier()
-    return dino.resolve_dino(ref)
+        return resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier")
+    return resolve(ref, "dino")
 
 
 def _by_shape(images: list[Image.Image], size_of, encode) -> np.ndarray:
@@ -229,10 +261,11 @@ def baseline_frames(method: str, sequences: list[DatasetSequence], offsets: list
     return out
 
 
-def evaluate(dataset: Path, method: str = "generated", generated: Path | None = None, clip: str = "auto",
-             clip_arch: str | None = None, scene: str = "auto", device: str = "auto", batch_size: int = 32,
-             seed: int = 0) -> tuple[dict, list[dict]]:
+def evaluate(config: GeneratorEvalConfig) -> tuple[dict, list[dict]]:
     """(the summary, one row per scored sequence). Inputs and models are checked before any is loaded."""
+    dataset, generated, method = config.dataset, config.generated, config.method or "generated"
+    if (generated is None) == (method == "generated"):
+        raise ValueError("give either --generated FILE (vi generate's output) or --method copy|random|source")
     if method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS[1:])}, got {method!r}")
     sequences = read_dataset(dataset)
@@ -243,15 +276,15 @@ def evaluate(dataset: Path, method: str = "generated", generated: Path | None = 
     if gen is not None and not gen.frames:
         first = f" (first: line {gen.failed[0]['line']}: {gen.failed[0]['reason']})" if gen.failed else ""
         raise ValueError(f"{generated}: no generated sequence to score; {len(gen.failed)} record(s) failed{first}")
-    encoders = Encoders(resolve_text_image(clip, clip_arch), resolve_scene(scene),
-                        resolve_placement(device, "auto"), batch_size)
+    encoders = Encoders(resolve_text_image(config.clip, config.clip_arch), resolve_scene(config.dino),
+                        resolve_placement(config.device, "auto"), config.batch_size)
 
     offsets = np.cumsum([0] + [len(s.prompts) for s in sequences]).tolist()
     fns = [encoders.scene_features] + ([encoders.images] if gen is None else [])
     tiles = _encode_chunks((s.tiles() for s in sequences), fns)
     database, videos = tiles[0], [s.video or s.key for s in sequences for _ in s.prompts]
     if gen is None:
-        scored = dict(enumerate(baseline_frames(method, sequences, offsets, seed)))
+        scored = dict(enumerate(baseline_frames(method, sequences, offsets, config.seed)))
         scene_feats, image_feats = database, tiles[1]
     else:
         scored, count = {}, 0

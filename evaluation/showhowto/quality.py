@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from vi.core.models.catalog import DEFAULT_LLM
 from vi.evaluation.demo.samples import HOWTO_SAMPLES, make_howto_sample
 
 IOU_MATCH = 0.5
@@ -59,8 +60,8 @@ def run(sample_dir: Path, llm: str, seeds: int) -> list[dict]:
     from vi.pipelines.common import probe, transcribe
 
     asr = transcribe.TranscribeConfig()
-    filt = filter_instructional.FilterConfig(model=llm)
-    extract = extract_steps.ExtractConfig(model=llm)
+    filt = filter_instructional.FilterConfig(llm=llm)
+    extract = extract_steps.ExtractConfig(llm=llm)
     rows = []
     for name in HOWTO_SAMPLES:
         video = make_howto_sample(sample_dir, name).resolve()
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.quality",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("sample_dir", type=Path, nargs="?", default=Path("out/sample"))
-    parser.add_argument("--llm", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--llm", default=DEFAULT_LLM)
     parser.add_argument("--seeds", type=int, default=20)
     args = parser.parse_args(argv)
     rows = run(args.sample_dir, args.llm, args.seeds)

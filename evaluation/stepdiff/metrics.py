@@ -32,12 +32,27 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from vi.core.config import option
 
 TASKS = ("diffcap", "diffmcq", "diffrank")
+ALLOW_UNKNOWN_HELP = ("Score rows whose category is not one of StepDiff's (they get their own line in the breakdown) "
+                      "instead of refusing the file.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreConfig:
+    """The options of `vi eval diffcap|diffmcq|diffrank`: the benchmark file and the predictions."""
+
+    gt: Path = option(flag="--gt", exists=True, dir_okay=False, show_default=False,
+                      help="The benchmark file: JSONL in the official format.")
+    pred: Path = option(flag="--pred", exists=True, dir_okay=False, show_default=False,
+                        help="Predictions: one JSONL line per benchmark line, in the same order.")
+    allow_unknown_categories: bool = option(False, flag="--allow-unknown-categories", help=ALLOW_UNKNOWN_HELP)
 # The labels of the released DiffRank file. The paper describes five difference categories;
 # the release also labels 41 DiffRank rows "Serving / Presentation", so that is known too.
 KNOWN_CATEGORIES = ("Ingredients", "Tools/Equipment", "Technique", "Actions", "Visuals",
@@ -163,10 +178,10 @@ def check_diffmcq_row(row: dict, allow_unknown: bool = False) -> tuple[str, int]
     _string(row, "difference")
     category = _category(row, allow_unknown)
     options = _list(row, "options", CHOICES)
-    for k, option in enumerate(options):
-        if not isinstance(option, list) or len(option) != 2:
-            raise _RowError(f"options[{k}] must be a pair [reference, candidate], not {json.dumps(option)}")
-        for j, clip in enumerate(option):
+    for k, pair in enumerate(options):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _RowError(f"options[{k}] must be a pair [reference, candidate], not {json.dumps(pair)}")
+        for j, clip in enumerate(pair):
             _clip(clip, f"options[{k}][{j}]")
     answer = _field(row, "answer")
     if answer not in options:

@@ -90,7 +90,7 @@ class StepDiffPredictor:
         return self.yes_probabilities(reference, [target], category)[0]
 
 
-def build(task: str, rows: list, gt, args: dict) -> StepDiffPredictor:
+def build(config: sp.PredictConfig, rows: list[sp.BenchmarkRow]) -> StepDiffPredictor:
     """The method for `vi predict --method stepdiff`: the checkpoint, feature stores checked against
     its encoder, and every clip found (in a store, or its video under --video-root) before the model
     loads."""
@@ -98,18 +98,19 @@ def build(task: str, rows: list, gt, args: dict) -> StepDiffPredictor:
     from vi.pipelines.stepdiff import ask
     from vi.pipelines.stepdiff.model import ModelConfig
 
-    folder = ask.resolve_checkpoint(args["checkpoint"])
-    config = ModelConfig.load(folder)
-    placement = resolve_placement(args["device"], args["dtype"], engine="torch")
-    clips = ask.ClipFeatures(config.encoder, list(args["features"] or []), placement, folder)
+    task = config.task.value
+    folder = ask.resolve_checkpoint(config.checkpoint)
+    model_config = ModelConfig.load(folder)
+    placement = resolve_placement(config.device, config.dtype, engine="torch")
+    clips = ask.ClipFeatures(model_config.encoder, list(config.features), placement, folder)
     todo = sorted({c for item in rows for c in sp.row_clips(task, item.row) if not clips.stored(c)})
-    if todo and args["video_root"] is None:
+    if todo and config.video_root is None:
         raise ValueError(f"--features has no tokens of {len(todo)} clips of the benchmark, e.g. {todo[0]}; give "
                          "--video-root to encode them here with the checkpoint's encoder "
-                         f"({config.encoder.get('encoder')})")
+                         f"({model_config.encoder.get('encoder')})")
     pending = set(todo)
-    videos = sp.clip_videos(task, [r for r in rows if pending & set(sp.row_clips(task, r.row))], args["video_root"],
-                            str(gt)) if todo else {}
+    videos = sp.clip_videos(task, [r for r in rows if pending & set(sp.row_clips(task, r.row))], config.video_root,
+                            str(config.gt)) if todo else {}
 
     def clip_tokens(clip: str):
         if clips.stored(clip):
@@ -117,4 +118,4 @@ def build(task: str, rows: list, gt, args: dict) -> StepDiffPredictor:
         video = videos[clip]
         return clips.encoded(video.path, video.start, video.end)
 
-    return StepDiffPredictor(ask.load_model(folder, placement), clip_tokens, args["max_new_tokens"])
+    return StepDiffPredictor(ask.load_model(folder, placement), clip_tokens, config.max_new_tokens)

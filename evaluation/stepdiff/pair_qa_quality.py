@@ -28,6 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from vi.core.models.catalog import DEFAULT_LLM, SMALL_LLM
 from vi.pipelines.stepdiff import pair_qa as pq
 
 # Two clips of one keystep each; same_action is the YES/NO a person gives to prompt type 3.
@@ -48,7 +49,7 @@ PAIRS = [
      "d1": "The person scrubs the hot grill grates with a wire brush, back and forth.",
      "d2": "The person stands at a counter and talks to the camera about charcoal brands, holding a bag."},
 ]
-DEFAULT_MODELS = "smollm2-135m,qwen2.5-coder-1.5b"
+DEFAULT_MODELS = f"{SMALL_LLM},{DEFAULT_LLM}"
 
 
 def run_model(model: str, types: tuple[int, ...], max_new_tokens: int, threads: int | None,
@@ -56,7 +57,7 @@ def run_model(model: str, types: tuple[int, ...], max_new_tokens: int, threads: 
     """One result per (pair, type): the model's reply, how it finished, and its time."""
     from vi.core.models.llm import load_chat_llm
 
-    config = pq.PairQAConfig(model=model, types=types, max_new_tokens=max_new_tokens)
+    config = pq.PairQAConfig(llm=model, types=types, max_new_tokens=max_new_tokens)
     llm = load_chat_llm(model, n_ctx=config.n_ctx, device=config.device, seed=config.seed, threads=threads)
     results = []
     for pair in PAIRS:

@@ -20,10 +20,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from vi.core import media
+from vi.core.config import defaults, option
 from vi.core.errors import RecordError
+from vi.core.models.catalog import DEFAULT_CLIP, DEFAULT_LLM
 from vi.evaluation.stepdiff.metrics import (
     BenchmarkFileError,
     check_diffcap_row,
@@ -34,7 +37,8 @@ from vi.evaluation.stepdiff.metrics import (
     parse_clip_id,
     read_jsonl,
 )
-from vi.pipelines.stepdiff.clips import find_video
+from vi.pipelines.stepdiff.clips import TIME_TOLERANCE_S, find_video
+from vi.pipelines.stepdiff.describe import AUTO
 
 SYSTEM = ("You are a helpful AI assistant that answers questions about a pair of videos. Answer in a single "
           "sentence. Here is the first video: {reference}. Here is the second video: {candidate}.")
@@ -136,7 +140,7 @@ def _clip_video(video_root: Path, clip: str, video_id: str, start: float, end: f
 
 
 def clip_videos(task: str, rows: list[BenchmarkRow], video_root: Path, source: str,
-                tolerance: float = 0.5) -> dict[str, ClipVideo]:
+                tolerance: float = TIME_TOLERANCE_S) -> dict[str, ClipVideo]:
     """The video of every clip the rows name: `<root>/<clip id>.<ext>` when the clip was cut
     to its own file (all of it is the clip), else `<root>/<youtube id>.<ext>` from start to end.
     Every missing video and clip outside its video is found before any model runs."""
@@ -192,3 +196,121 @@ def _predict_row(task: str, row: dict, method) -> dict:
         return {"scores": [float(s) for s in method.target_scores(row)]}
     return {"scores": [float(method.target_score(row["reference"], target, row["category"]))
                        for target in row["targets"]]}
+
+
+# --- vi predict's options -----------------------------------------------------------------------
+
+class Task(str, Enum):
+    diffcap = "diffcap"
+    diffmcq = "diffmcq"
+    diffrank = "diffrank"
+
+
+class Method(str, Enum):
+    vlembed = "vlembed"
+    socratic = "socratic"
+    stepdiff = "stepdiff"
+
+
+class Pair(str, Enum):
+    both = "both"
+    reference = "reference"
+    candidate = "candidate"
+
+
+METHOD_PANEL, VLEMBED_PANEL, SOCRATIC_PANEL, STEPDIFF_PANEL = "Method", "VLEmbed", "Socratic", "StepDiff model"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictConfig:
+    """What `vi predict` predicts, and the options of its methods: each method reads its own panel's
+    (METHOD_OPTIONS), and `check` refuses one given to a method that would ignore it."""
+
+    task: Task = option(argument=True, help="Which benchmark: diffcap, diffmcq or diffrank.")
+    gt: Path = option(flag="--gt", exists=True, dir_okay=False, show_default=False,
+                      help="The benchmark file (JSONL, official format).")
+    method: Method = option(Method.socratic, panel=METHOD_PANEL, help="The baseline, or stepdiff: a trained model.")
+    video_root: Path | None = option(None, file_okay=False, exists=True,
+                                     help="Folder of the clips' videos (see Clips above).")
+    allow_unknown_categories: bool = option(False, flag="--allow-unknown-categories",
+                                            help="Accept categories that are not StepDiff's.")
+    clip_model: str = option(DEFAULT_CLIP, panel=VLEMBED_PANEL, help=(
+        "open_clip model: an alias from `vi models`, a folder, hf-hub:ID, NAME:TAG, or a checkpoint with --clip-arch."))
+    clip_arch: str | None = option(None, panel=VLEMBED_PANEL, help="The architecture of a --clip-model checkpoint file.")
+    pair: Pair = option(Pair.both, panel=VLEMBED_PANEL, help=(
+        "DiffMCQ pair embedding: both (mean of the two clips), reference (Vr only) or candidate (Vc only)."))
+    frames: int = option(8, min=1, panel=VLEMBED_PANEL, help="Frames per clip, sampled uniformly.")
+    batch_size: int = option(64, min=1, panel=VLEMBED_PANEL, help="Frames per model call.")
+    clip_features: Path | None = option(None, exists=True, dir_okay=False, panel=VLEMBED_PANEL, help=(
+        "Clip embeddings saved earlier (NPZ id+embedding, or JSONL); clips missing from it are encoded from "
+        "--video-root."))
+    save_clip_features: Path | None = option(None, panel=VLEMBED_PANEL, help=(
+        "Save the clip embeddings (NPZ), for a later run or vi eval mcq-negatives --clip-features."))
+    descriptions: Path | None = option(None, exists=True, dir_okay=False, panel=SOCRATIC_PANEL,
+                                       help="vi describe records of the clips (id = clip id).")
+    save_descriptions: Path | None = option(None, panel=SOCRATIC_PANEL,
+                                            help="Save the descriptions made here (JSONL {id, description}).")
+    vlm: str = option(AUTO, panel=SOCRATIC_PANEL, help=(
+        "Vision-language model that describes clips from --video-root (as vi describe --vlm)."))
+    llm: str = option(DEFAULT_LLM, panel=SOCRATIC_PANEL,
+                      help="GGUF chat model that answers (an alias from `vi models`, a .gguf).")
+    n_ctx: int = option(2048, panel=SOCRATIC_PANEL, help="The LLM's context, in tokens.")
+    max_new_tokens: int = option(64, min=8, panel=METHOD_PANEL,
+                                 help="Longest DiffCap continuation, in tokens (socratic, stepdiff).")
+    checkpoint: Path | None = option(None, exists=True, file_okay=False, panel=STEPDIFF_PANEL, help=(
+        "The trained model: a run folder of vi train stepdiff (its newest checkpoint) or one checkpoints/step-N "
+        "folder."))
+    features: tuple[Path, ...] = option((), metavar="DIR", exists=True, file_okay=False, panel=STEPDIFF_PANEL, help=(
+        "A feature store of the clips (vi encode-videos --store, ids = clip ids), repeatable; clips it lacks are "
+        "encoded from --video-root."))
+    seed: int = option(0, help="Seed of every random choice.")
+    device: str = option("auto", help="auto, cpu, cuda, cuda:N or mps.")
+    dtype: str = option("auto", help="auto, float32, float16 or bfloat16 (torch models).")
+
+    def given(self, name: str) -> bool:
+        """Option `name` was set to something other than its default."""
+        return getattr(self, name) not in (defaults(PredictConfig)[name], [], ())
+
+    def check(self) -> None:
+        """What the method needs is given, and nothing it would ignore (a ValueError naming the options)."""
+        method, task = self.method, self.task
+        if method is Method.stepdiff and self.checkpoint is None:
+            raise ValueError("stepdiff needs the trained model: give --checkpoint (a vi train stepdiff run folder or "
+                             "one of its checkpoints)")
+        if method is Method.stepdiff and self.video_root is None and not self.features:
+            raise ValueError("stepdiff needs the clips' encoder tokens: give --features (vi encode-videos stores) or "
+                             "--video-root to encode the clips here")
+        if method is Method.vlembed and task is Task.diffcap:
+            raise ValueError("vlembed scores pairs against text; it writes no captions: use --method socratic "
+                             "for diffcap")
+        if method is Method.vlembed and self.video_root is None and self.clip_features is None:
+            raise ValueError("vlembed needs the clips: give --video-root (or --clip-features from an earlier run)")
+        if method is Method.socratic and self.video_root is None and self.descriptions is None:
+            raise ValueError("socratic needs a sentence per clip: give --descriptions (vi describe's output) or "
+                             "--video-root to describe the clips here")
+        given = [_flag(n) for n, methods in METHOD_OPTIONS.items() if method not in methods and self.given(n)]
+        if given:
+            raise ValueError(f"{', '.join(given)}: not read by --method {method.value}")
+        if self.given("pair") and task is not Task.diffmcq:
+            raise ValueError("--pair chooses VLEmbed's DiffMCQ pair embedding; it does not apply to " + task.value)
+        if method is Method.socratic and self.descriptions is not None:
+            if self.video_root is not None:
+                raise ValueError("--descriptions and --video-root are two sources of the clips' sentences: give one")
+            for name in ("save_descriptions", "vlm"):
+                if self.given(name):
+                    raise ValueError(f"{_flag(name)} is about describing clips from --video-root; with --descriptions "
+                                     "no clip is described here")
+
+
+# The options that only some methods read: given where nothing reads them, they are refused rather than
+# silently ignored.
+_V, _S, _M = {Method.vlembed}, {Method.socratic}, {Method.stepdiff}
+METHOD_OPTIONS = {
+    "clip_model": _V, "clip_arch": _V, "pair": _V, "frames": _V, "batch_size": _V, "clip_features": _V,
+    "save_clip_features": _V, "descriptions": _S, "save_descriptions": _S, "vlm": _S, "llm": _S, "n_ctx": _S,
+    "max_new_tokens": _S | _M, "checkpoint": _M, "features": _M,
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vi.core.errors import RecordError
-from vi.core.models.llm import ChatLLM, answer_probability, complete_reply, continuation_log_probs
+from vi.core.models.llm import ChatLLM, answer_probability, complete_reply, continuation_log_probs, load_chat_llm
 from vi.core.progress import log
+from vi.core.records import dumps
 from vi.evaluation.stepdiff import predict as sp
 from vi.evaluation.stepdiff.metrics import BenchmarkFileError, read_jsonl
 
@@ -113,3 +114,34 @@ class Socratic:
     def target_score(self, reference: str, target: str, category: str) -> float:
         question = sp.DIFFRANK_QUESTION.format(category=sp.category_phrase(category))
         return answer_probability(self.llm, self.messages(reference, target, question))
+
+
+def build(config: sp.PredictConfig, rows: list[sp.BenchmarkRow], advance_clips: Callable[[int], Callable[[int], None]]
+          ) -> Socratic:
+    """The method for `vi predict --method socratic`: a sentence per clip (--descriptions, or made here
+    from --video-root as vi describe makes it), then the LLM."""
+    needed = {clip for item in rows for clip in sp.row_clips(config.task.value, item.row)}
+    if config.descriptions:
+        descriptions, empty = read_descriptions(config.descriptions, needed)
+        if empty:
+            log.warning("predict: %d clips have no description in %s (error records?), e.g. %s; they are "
+                        "shown to the LLM as %r", len(empty), config.descriptions, empty[0], NOT_AVAILABLE)
+    else:
+        descriptions = describe_here(config, rows, needed, advance_clips)
+    llm = load_chat_llm(config.llm, n_ctx=config.n_ctx, device=config.device, seed=config.seed)
+    return Socratic(llm, descriptions, config.max_new_tokens, config.seed)
+
+
+def describe_here(config: sp.PredictConfig, rows: list[sp.BenchmarkRow], needed: set[str],
+                  advance_clips: Callable[[int], Callable[[int], None]]) -> dict[str, str]:
+    """{clip id: sentence} made by vi describe's code from the clips' videos (saved with --save-descriptions)."""
+    from vi.pipelines.stepdiff import describe as ds
+
+    describer = ds.DescribeConfig(vlm=config.vlm, llm=config.llm, n_ctx=config.n_ctx, device=config.device,
+                                  dtype=config.dtype, seed=config.seed)
+    videos = sp.clip_videos(config.task.value, rows, config.video_root, str(config.gt))
+    sentences, records = describe_clips({c: videos[c] for c in needed}, lambda r: ds.describe(r, describer),
+                                        advance_clips(len(needed)))
+    if config.save_descriptions:
+        config.save_descriptions.write_text("".join(dumps(r).decode() for r in records))
+    return sentences

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from vi.core import media
+from vi.evaluation.stepdiff import predict as sp
 from vi.evaluation.stepdiff.mcq_negatives import read_clip_features, unit
 from vi.evaluation.stepdiff.predict import ClipVideo
 from vi.pipelines.stepdiff.describe import sample_times
@@ -95,3 +96,35 @@ class VLEmbed:
 
     def target_score(self, reference: str, target: str, category: str) -> float:
         return float(self.clips[reference] @ self.clips[target])
+
+
+def build(config: sp.PredictConfig, rows: list[sp.BenchmarkRow], advance_clips: Callable[[int], Callable[[int], None]]
+          ) -> VLEmbed:
+    """The method for `vi predict --method vlembed`: the clips' embeddings (from --clip-features, the rest
+    encoded from --video-root) and the model's text encoder, every clip found before the model loads."""
+    from vi.core.devices import resolve_placement
+    from vi.pipelines.common.frame_scorers import resolve_scorer
+
+    task = config.task.value
+    needed = {clip for item in rows for clip in sp.row_clips(task, item.row)}
+    features = load_clip_features(config.clip_features) if config.clip_features else {}
+    todo = sorted(needed - set(features))
+    if todo and config.video_root is None:
+        raise ValueError(f"--clip-features {config.clip_features} has no embedding of {len(todo)} clips, e.g. "
+                         f"{todo[0]}; give --video-root to encode them")
+    videos = sp.clip_videos(task, [r for r in rows if set(sp.row_clips(task, r.row)) & set(todo)],
+                            config.video_root, str(config.gt)) if todo else {}
+    choice = resolve_scorer(config.clip_model, config.clip_arch)
+    if choice.kind != "clip":
+        raise ValueError(f"--clip-model {config.clip_model}: VLEmbed needs an open_clip model, not {choice.kind}")
+    scorer = ClipScorer(choice, resolve_placement(config.device, config.dtype, engine="torch"), config.batch_size)
+    if todo:
+        features.update(encode_clips(scorer, {c: videos[c] for c in todo}, config.frames,
+                                     advance=advance_clips(len(todo))))
+    if config.save_clip_features:
+        save_clip_features(config.save_clip_features, features)
+    dims = {len(v) for v in features.values()} | {scorer.encode_texts(["a photo"]).shape[1]}
+    if len(dims) > 1:
+        raise ValueError(f"clip embeddings and {config.clip_model}'s text embeddings differ in size ({sorted(dims)}): "
+                         f"--clip-features {config.clip_features} comes from another model")
+    return VLEmbed(features, scorer.encode_texts, config.pair.value)

@@ -26,6 +26,8 @@ import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable
 from vi.core.models import get_spec, load_once, text_embedding, vision
+from vi.core.models.catalog import DEFAULT_CLIP, DEFAULT_IMAGE_CLASSIFIER, DEFAULT_TEXT_EMBEDDING
+from vi.core.models.resolve import resolve
 from vi.core.progress import log
 from vi.core.seeding import record_rng
 
@@ -34,7 +36,6 @@ LABEL_TEMPLATE = "a photo of a {}."  # CLIP's prompt; it helps MiniLM place a ba
 # Shorter side to 224, then the centre square: ImageNet's evaluation crop, which recognised
 # the bundled samples' photos better than squashing the whole 16:9 frame (see align_quality).
 IMAGENET_RESIZE = "shortest"
-DEFAULT_CLIP = "dfn5b-clip-vit-h-14"
 LABEL_SCORER = "imagenet-labels"
 LABEL_ALIASES = (LABEL_SCORER, vision.IMAGENET_ARCH)
 RANDOM = "random"
@@ -51,7 +52,7 @@ class ScorerChoice:
     embedder: text_embedding.EmbedderFiles | None = None
 
 
-def resolve_scorer(model: str, clip_arch: str | None = None, text_model: str = "minilm-l6") -> ScorerChoice:
+def resolve_scorer(model: str, clip_arch: str | None = None, text_model: str = DEFAULT_TEXT_EMBEDDING) -> ScorerChoice:
     """`--model` to a ScorerChoice; a missing model raises ModelNotAvailable now."""
     if model == "auto":
         spec = get_spec(DEFAULT_CLIP)
@@ -69,12 +70,12 @@ def resolve_scorer(model: str, clip_arch: str | None = None, text_model: str = "
         return ScorerChoice(RANDOM, RANDOM)
     if model in LABEL_ALIASES:
         return ScorerChoice(LABEL_SCORER, f"{LABEL_SCORER}:{vision.IMAGENET_ARCH}+{text_model}",
-                            classifier=vision.locate_imagenet_classifier(),
-                            embedder=text_embedding.locate(text_model))
+                            classifier=resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier"),
+                            embedder=resolve(text_model, "text-embedding"))
     if clip_arch is not None and not Path(model).expanduser().is_file():
         raise ValueError("--clip-arch goes with --model PATH_TO_CHECKPOINT; other models name "
                          "their architecture themselves")
-    return ScorerChoice("clip", model, clip=vision.resolve_clip(model, clip_arch))
+    return ScorerChoice("clip", model, clip=resolve(model, "clip", arch=clip_arch))
 
 
 def _autocast(placement: Placement):

@@ -14,16 +14,20 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from vi.core import media
+from vi.core.config import internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
-from vi.core.models import get_spec, load_once, resolve_model
+from vi.core.models import load_once
+from vi.core.models.catalog import DEFAULT_ASR
+from vi.core.models.resolve import resolve
 from vi.core.progress import log
-from vi.core.models.sources import cache_dir, hub_path
+from vi.core.models.sources import cache_dir
+from vi.core.stream import RecordStage
 from vi.pipelines.common.sentences import ABBREVIATIONS, split_sentences
 
 STAGE = "transcribe"
@@ -33,7 +37,7 @@ WHISPER_WORD_TIMING = "whisper cross-attention (faster-whisper DTW)"
 MIN_SPEECH_RMS = 1e-4  # below this the track is digital silence: nothing to decode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranscribeConfig:
     """The options of `vi transcribe`, checked when built: a bad one fails before any record.
 
@@ -42,19 +46,23 @@ class TranscribeConfig:
     record. `placement` and `align_path` are derived once, here, and used as they are.
     """
 
-    model: str = "whisper-tiny.en"
-    backend: str = "whisperx"
-    batch_size: int = 8
-    beam_size: int = 5
-    language: str | None = None
-    align_model: str = "auto"  # auto | none | alias, path or hub id of a wav2vec2 CTC model
+    model: str = option(DEFAULT_ASR, help=(
+        "ASR model: an alias from `vi models`, a CTranslate2 model folder, a hub id or a "
+        "faster-whisper size name (large-v2, small.en, ...) in the local hub cache."))
+    backend: str = option("whisperx", help="whisperx or faster-whisper.")
+    batch_size: int = option(8, help="Audio chunks decoded together.")
+    beam_size: int = option(5, help="Beam width of the decoder.")
+    language: str | None = option(None, help="Language code (en, de, ...); detected per video when not given.")
+    align_model: str = option("auto", help=(  # auto | none | alias, path or hub id of a wav2vec2 CTC model
+        "Word alignment: auto (whisperx's wav2vec2 model for the language when it is in "
+        "a local cache), none (Whisper's own word times), or a model alias/path/hub id."))
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    threads: int = field(default_factory=usable_cpus)
+    threads: int = internal(default_factory=usable_cpus)
     # Derived from the options above (so not part of equality or of the model cache key).
-    placement: Placement = field(init=False, compare=False)
-    align_path: str | None = field(init=False, compare=False)  # a named aligner, resolved
+    placement: Placement = internal(init=False)
+    align_path: str | None = internal(init=False)  # a named aligner, resolved
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -88,7 +96,7 @@ def _named_aligner(ref: str) -> str | None:
     """
     if ref in ("auto", "none"):
         return None
-    return str(resolve_model(ref, role="alignment"))
+    return str(resolve(ref, "alignment"))
 
 
 class _RecordingGenerate:
@@ -145,21 +153,9 @@ def _timed_model_class():
 
 
 def asr_model_path(name: str) -> str:
-    """A vi alias, a path, a hub id, or a faster-whisper size name ("large-v2", "small.en").
-
-    Size names are what whisperx users type; they map to the Systran CTranslate2 repos and,
-    like every hub model here, are used from the local cache only.
-    """
-    from faster_whisper.utils import _MODELS
-
-    if name in _MODELS and get_spec(name) is None and not os.path.exists(name):
-        return str(hub_path(_MODELS[name], name))
-    path = str(resolve_model(name, role="asr"))
-    if not os.path.isfile(os.path.join(path, "model.bin")):  # a file, or a folder of another format
-        raise SetupError(f"--model {name}: {path} is not a CTranslate2 Whisper model (a folder "
-                         "holding model.bin, config.json and the tokenizer); give an alias from "
-                         "`vi models`, such a folder, or a hub id in your cache")
-    return path
+    """The CTranslate2 Whisper folder `name` names: a vi alias, a path, a hub id, or a
+    faster-whisper size name ("large-v2"), from the local cache only (`resolve`'s asr role)."""
+    return str(resolve(name, "asr"))
 
 
 def _load_whisperx(config: TranscribeConfig):
@@ -433,3 +429,15 @@ def transcribe_record(record: dict, config: TranscribeConfig) -> dict:
         return {"transcript": transcript(config, None, [], None, note="audio is silent")}
     transcriber = load_once(("transcriber", config), lambda: Transcriber(config))
     return {"transcript": transcriber(audio)}
+
+
+TRANSCRIBE = RecordStage(
+    STAGE,
+    summary="Speech to sentence-level segments with word times (WhisperX schema).",
+    reads="[cyan]video[/cyan] or [cyan]audio[/cyan] (a media path), and [cyan]has_audio[/cyan] "
+          "when vi probe set it.",
+    writes="[cyan]transcript[/cyan] = {language, segments: [{start, end, text, words: [{word, "
+           "start, end, score}]}], backend, model, word_timing}; a record without speech gets "
+           "empty segments and a [cyan]note[/cyan].",
+    example="vi probe videos/ | vi transcribe --model whisper-base | vi extract-steps",
+    config=TranscribeConfig, fields=("transcript",), process=transcribe_record)

@@ -34,10 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from vi.core.devices import Placement, resolve_placement
+from vi.core.config import internal, option, with_default
+from vi.core.devices import Placement, passive_openmp, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.models import vision, vlm
-from vi.core.models.chat import LLMSpec
+from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER
+from vi.core.models.chat import LLMConfig, LLMSpec
+from vi.core.models.resolve import resolve
+from vi.core.models.vlm import KNOWN_VLMS, HFModelFiles
 from vi.core.progress import log
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt, parse_prompt
@@ -53,33 +57,56 @@ RAW_SHOWN = 1500  # characters of each raw reply kept in an error message
 RESERVED = ("id", "frames", "action", "errors", "source", "parent", "frame_select")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaptionConfig:
     """The options of `vi caption-frames`, checked when built (a bad one: exit 2; a missing model: exit 5)."""
 
-    vlm: str = AUTO
-    window: str = "full"
-    keep_both: bool = False
-    into: str = "captions"
-    prompt: Path | None = None
-    max_new_tokens: int = 768  # the longest of the 141 real 6-frame replies is 2387 characters, ~550 tokens
-    batch_size: int = 4
-    max_frames: int = MAX_FULL_FRAMES
-    top_k: int = oc.TOP_K
-    change_threshold: float = oc.CHANGE_THRESHOLD
+    vlm: str = option(AUTO, help=(
+        "The captioner. A transformers VLM folder or hub id in the local cache (LLaVA-OneVision, "
+        "Qwen2-VL/Qwen2.5-VL, Idefics3/SmolVLM, a vi train captioner checkpoint), optionally written "
+        "transformers:REF; openai:MODEL@URL for an OpenAI-compatible server (vLLM, SGLang, a hosted "
+        "model; key from VI_LLM_API_KEY); offline: EfficientNet-Lite0's ImageNet labels and whether the "
+        f"view changed, said as such; auto: the first cached of {', '.join(KNOWN_VLMS)}, else offline."))
+    window: str = option("full", help=(
+        "full: the whole sequence in one request (2 to --max-frames frames); N: N-frame sliding windows, "
+        "frame t captioned by the window ending at t (2: (v_{t-1}, v_t), frame 0 from (v0, v1)); 1: "
+        "each frame alone (the image-captioning baseline)."))
+    keep_both: bool = option(False, help=(
+        "With --window 2 or more: also keep the captions from the other windows holding a frame (with 2, "
+        "the one from (v_t, v_{t+1}))."))
+    into: str = option("captions", help=(
+        "The field to write, so that several captioners can sit in one record (captions_b, ...)."))
+    prompt: Path | None = option(None, help=(
+        "Your own prompt (see the packaged prompt_templates/progress_caption.txt); it must use "
+        "${frame_lines} and may use ${n_frames} and ${action}."))
+    # the longest of the 141 real 6-frame replies is 2387 characters, ~550 tokens
+    max_new_tokens: int = option(768, help="Longest reply per request, in tokens.")
+    batch_size: int = option(4, help=(
+        "Requests per generate call of a transformers VLM (left-padded; a batch that fails, out of "
+        "memory say, is redone one at a time)."))
+    max_frames: int = option(MAX_FULL_FRAMES, help=(
+        "The most frames --window full sends at once; longer sequences are error records that say to "
+        "use --window N."))
+    top_k: int = option(oc.TOP_K, help="Offline: ImageNet labels named per frame.")
+    change_threshold: float = option(oc.CHANGE_THRESHOLD, help=(
+        "Offline: image-feature cosine distance above which a frame counts as a changed view."))
+    missing: str = option("error", help=(
+        "A reply without some frame's caption, also after its retry: error (the record is an error "
+        "record) or keep (the field keeps the captions given and lists the others in 'missing'; for "
+        "records several captioners share, so a weak one costs only its own captions)."))
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    concurrency: int = 1
-    missing: str = "error"  # error | keep: what a reply without some frame's caption (after its retry) gives
-    backend: str = field(init=False)  # vlm | openai | offline
-    size: int | None = field(init=False)  # the window's frame count; None = full
-    vlm_files: vlm.HFModelFiles | None = field(init=False, compare=False)
-    spec: LLMSpec | None = field(init=False, compare=False)
-    placement: Placement | None = field(init=False, compare=False)
-    templates: dict[bool, ChatPrompt] = field(init=False, compare=False)
+    concurrency: int = with_default(LLMConfig, "concurrency", 1)  # requests in flight to an openai: server
+    backend: str = internal(init=False)  # vlm | openai | offline
+    size: int | None = internal(init=False)  # the window's frame count; None = full
+    vlm_files: HFModelFiles | None = internal(init=False)
+    spec: LLMSpec | None = internal(init=False)
+    placement: Placement | None = internal(init=False)
+    templates: dict[bool, ChatPrompt] = internal(init=False)
 
     def __post_init__(self) -> None:
+        passive_openmp()  # as vi describe: before the placement check loads torch
         if not re.fullmatch(r"[A-Za-z_][\w.-]*", self.into) or self.into in RESERVED:
             raise ValueError(f"--into {self.into!r}: give a new field name (letters, digits, _), not one of "
                              f"{', '.join(RESERVED)}")
@@ -100,7 +127,7 @@ class CaptionConfig:
         set_("placement", None if backend == "openai" else resolve_placement(self.device, self.dtype, engine="torch"))
         set_("templates", {} if backend == OFFLINE else _templates(self.prompt))
         if backend == OFFLINE:
-            vision.locate_imagenet_classifier()  # a missing classifier stops the stage now
+            resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier")  # a missing classifier stops the stage now
             if self.prompt is not None:
                 log.info("caption-frames: the offline captioner uses no prompt; --prompt is ignored")
         elif backend == "openai":
@@ -127,7 +154,7 @@ def _choose(ref: str) -> tuple[str, vlm.HFModelFiles | None, LLMSpec | None]:
     if ref.startswith("openai:"):
         return "openai", None, LLMSpec.parse(ref)
     if ref != AUTO:
-        return "vlm", vlm.locate_vlm(ref.removeprefix("transformers:")), None
+        return "vlm", resolve(ref, "vlm"), None
     found = vlm.cached_vlm()
     if found is None:
         log.info("caption-frames: --vlm auto found no vision-language model in the local hub cache, so the "
@@ -246,7 +273,8 @@ def caption_batch(records: list[dict], config: CaptionConfig) -> list[dict | Exc
 
 
 def _offline(jobs: list[Job], config: CaptionConfig) -> dict[int, Exception]:
-    classifier = vision.load_imagenet_classifier(vision.locate_imagenet_classifier(), config.placement)
+    weights = resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier")
+    classifier = vision.load_imagenet_classifier(weights, config.placement)
     for job in jobs:
         looks = oc.look(classifier, job.frames, config.placement, config.top_k)
         for w, window in enumerate(job.windows):

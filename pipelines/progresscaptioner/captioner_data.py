@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from vi.core.config import option
 from vi.core.errors import RecordError
 from vi.core.records import REJECTED, dumps
 from vi.core.seeding import record_seed
@@ -65,12 +66,31 @@ COLUMNS = ("SFT pairs", "DPO pairs", "SFT sequences", "DPO sequences", "train", 
 MAX_SHOWN_FAILURES = 10
 
 
-@dataclass(frozen=True)
+DATASET_PANEL = "Dataset"
+
+
+def kinds_list(text: str) -> tuple[str, ...]:
+    """--kinds pair,sequence as a tuple."""
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaptionerDataConfig:
-    heldout_fraction: float = 0.1
-    seed: int = 0
-    max_dpo_per_record: int | None = None  # None: every chosen x rejected combination
-    kinds: tuple[str, ...] = KINDS
+    """The options of `vi captioner-data`, checked when built (a bad one: exit 2)."""
+
+    heldout_fraction: float = option(0.1, panel=DATASET_PANEL, help=(
+        "The share of videos held out (a stable hash of video and --seed; every window of a video on the "
+        "same side)."))
+    # not a stage (no record stream out), so --seed is its own; listed with the stream's options all the same
+    seed: int = option(0, flag="--seed", panel="Record stream (every stage)", help=(
+        "Seeds the split and the --max-dpo-per-record sample; same input + same seed = same dataset."))
+    max_dpo_per_record: int | None = option(None, min=0, panel=DATASET_PANEL, show_default=False, help=(
+        "At most this many DPO pairs per record (a seeded sample); default: every accepted x rejected "
+        "combination."))
+    kinds: tuple[str, ...] = option(
+        KINDS, cli_type=str, cli_default=",".join(KINDS), parse=kinds_list, panel=DATASET_PANEL,
+        help=f"Which records to use: {PAIR} (2 frames, Stage I), {SEQUENCE} (3-{MAX_FRAMES} frames, Stage II), "
+             "or both.")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.heldout_fraction <= 1.0:

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 from vi.core.devices import Placement
 from vi.core.models import get_spec, vision
+from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER
+from vi.core.models.resolve import resolve
 from vi.pipelines.common import frame_scorers
 
 K_MIN, K_MAX = 3, 6
@@ -147,7 +149,7 @@ def resolve_embedder(model: str, clip_arch: str | None = None) -> EmbedderChoice
         if clip_arch is not None:
             raise ValueError(f"--clip-arch goes with a CLIP checkpoint file, not --model {model}")
         return EmbedderChoice("efficientnet", f"{EFFICIENTNET}:pooled",
-                              weights=vision.locate_imagenet_classifier())
+                              weights=resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier"))
     choice = frame_scorers.resolve_scorer(model, clip_arch)
     return EmbedderChoice("clip", choice.name, clip=choice)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from vi.core import media
 from vi.core.errors import RecordError
+from vi.core.paths import safe_name
 from vi.core.records import REJECTED, finite_number, with_error
-from vi.pipelines.showhowto.align_frames import safe_name
 
 STAGE = "frames"
 

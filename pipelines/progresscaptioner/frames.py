@@ -15,11 +15,12 @@ one longer than the 6 frames a captioner takes is kept too (vi caption-frames wi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from vi.core import media
+from vi.core.config import internal, option
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.seeding import record_rng
@@ -30,32 +31,60 @@ from vi.pipelines.progresscaptioner.frame_sources import STAGE, Sequence, framec
 __all__ = ["STAGE", "FramesConfig", "framecap_records", "expand_windows", "make_process"]
 SELECT = ("all", "window", "kmeans")
 WINDOW_MIN, WINDOW_MAX = 2, 6
+DEFAULT_WINDOW, DEFAULT_STRIDE = 2, 1  # --select window's pairs of adjacent frames
 JPEG_QUALITY = 90
 DECODE_CHUNK = 256  # frames decoded per decord call at the encoder's size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FramesConfig:
     """The options of `vi frames`, checked when built (a bad one fails before any record)."""
 
-    select: str = "all"
-    fps: float = 1.0
-    window: int = 2
-    stride: int = 1
-    frames_dir: Path | None = None
-    image_root: Path | None = None
-    source: str | None = None
-    model: str = "auto"
-    clip_arch: str | None = None
-    max_frames: int = 6
-    batch_size: int = 32
+    select: str = option("all", help=(
+        "all: every frame; window: --window frames every --stride frames, one record each (a last "
+        "window ends on the last frame; a shorter sequence is one window); kmeans: FrameCapEval's "
+        "construction: K-means over image features, K by silhouette score from 3, one frame per "
+        "cluster in temporal order, plus the frame nearest in feature distance to a randomly chosen "
+        "one (seeded by --seed and the id). Under 4 frames, kmeans keeps them all."))
+    fps: float = option(1.0, help="Frames per second taken from a video, from the clip's start.")
+    frames_dir: Path | None = option(None, help=(
+        "Folder for a video's frames, saved once as DIR/<id>/<time>.jpg (an existing file is reused). "
+        "Needed for video and clip records."))
+    # window, stride, model and clip_arch are None when not given, so that giving one without the
+    # --select it belongs to is refused; __post_init__ then fills in the defaults of the first three.
+    window: int | None = option(None, help=f"With --select window: frames per window, {WINDOW_MIN} to "
+                                           f"{WINDOW_MAX}; default {DEFAULT_WINDOW}.")
+    stride: int | None = option(None, help="With --select window: frames from one window's start to the next; "
+                                           f"default {DEFAULT_STRIDE}.")
+    image_root: Path | None = option(None, help="The folder FrameCapEval's image_files paths start from.")
+    source: str | None = option(None, help=(
+        "The source dataset written to 'source' (default: from a --framecap file name, coin_*: "
+        "COIN, htc_*: HTC)."))
+    model: str | None = option(None, help=(
+        "With --select kmeans, the image features: auto (dfn5b-clip-vit-h-14 when in the local hub "
+        "cache, else efficientnet-lite0), efficientnet-lite0 (offline: its pooled last feature map), or "
+        "a CLIP model as vi align-frames takes it: an alias, hf-hub:org/name, an open_clip NAME:TAG, a "
+        "folder with open_clip_config.json, or a checkpoint file with --clip-arch; default auto."))
+    clip_arch: str | None = option(None, help=(
+        "The architecture of a --model checkpoint file: an open_clip model name or a config .json."))
+    max_frames: int = option(6, help=(
+        "With --select kmeans: most frames kept, near-duplicate included, so K <= max-frames - 1. "
+        "The release's sequences have at most 6; 7 allows the paper's full K range 3..6."))
+    batch_size: int = option(32, help="Frames per image-encoder call (kmeans).")
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    embedder: EmbedderChoice | None = field(init=False, default=None, compare=False)
-    placement: Placement | None = field(init=False, default=None, compare=False)
+    embedder: EmbedderChoice | None = internal(init=False, default=None)
+    placement: Placement | None = internal(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.select != "window" and (self.window is not None or self.stride is not None):
+            raise ValueError("--window and --stride go with --select window")
+        if self.select != "kmeans" and (self.model is not None or self.clip_arch is not None):
+            raise ValueError("--model and --clip-arch choose the image features of --select kmeans")
+        for name, default in (("window", DEFAULT_WINDOW), ("stride", DEFAULT_STRIDE), ("model", "auto")):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         if self.select not in SELECT:
             raise ValueError(f"--select {self.select!r}: choose one of {', '.join(SELECT)}")
         if not (math.isfinite(self.fps) and self.fps > 0):

@@ -30,16 +30,18 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from vi.core.config import internal, option, with_default
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
+from vi.core.models.chat import LLMConfig
 from vi.core.progress import log
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.progresscaptioner.judge_progression import caption_fields, frame_texts, one_line
+from vi.pipelines.progresscaptioner.judge_progression import ProgressionConfig, caption_fields, frame_texts, one_line
 
 STAGE = "judge-match"
 NONE_TEXT = ("None of the above descriptions match the image, are hard to determine, or contain incorrect "
@@ -95,8 +97,9 @@ def load_image(record: dict, frame: int) -> np.ndarray:
 class VLMJudge:
     def __init__(self, config: MatchConfig):
         from vi.core.models import vlm
+        from vi.core.models.resolve import resolve
 
-        self.files = vlm.locate_vlm(config.vlm) if config.vlm != AUTO else vlm.cached_vlm()
+        self.files = resolve(config.vlm, "vlm") if config.vlm != AUTO else vlm.cached_vlm()
         self.config, self.name = config, f"vlm:{self.files.label}"
 
     def choose(self, image: np.ndarray, captions: list[str], prompt: str, key: str) -> tuple[int, dict]:
@@ -153,22 +156,35 @@ class OfflineJudge:
         return best, {"scores": [round(float(s), 4) for s in scores]}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MatchConfig:
-    vlm: str = AUTO  # auto | offline | a VLM folder or hub id | openai:MODEL@URL
-    scorer: str = "imagenet-labels"  # offline: frame_scorers.resolve_scorer's --model
-    none_margin: float = DEFAULT_NONE_MARGIN
-    prompt_file: Path | None = None
-    captions: tuple[str, ...] = ()
-    max_new_tokens: int = 8
-    n_ctx: int = 4096
+    """The options of `vi judge match`, checked when built (a bad one: exit 2; a missing model: exit 5)."""
+
+    vlm: str = option(AUTO, help=(
+        "The judge: a vision-language model folder or cached hub id (AutoModelForImageTextToText: "
+        "LLaVA-OneVision, Qwen2-VL, ...); openai:MODEL@URL, a multimodal server (frames sent as data "
+        "URLs, the letter constrained); offline, the image-text scorer of vi align-frames (see --scorer, "
+        "--none-margin); auto: the first cached VLM, else offline."))
+    # offline: what frame_scorers.resolve_scorer takes (vi align-frames --model)
+    scorer: str = option("imagenet-labels", help=(
+        "The offline scorer, as vi align-frames --model: imagenet-labels (EfficientNet-Lite0's labels "
+        "embedded with MiniLM), a cached CLIP model, or random (the chance baseline)."))
+    none_margin: float = option(DEFAULT_NONE_MARGIN, help=(
+        "Offline: the best caption is chosen only when its score beats the runner-up's by at least this "
+        "(the scorer's similarity units); otherwise the answer is \"none of the above\"."))
+    prompt_file: Path | None = option(None, help=(
+        "Your own prompt instead of the packaged caption_match.txt; it must use ${options} (the lettered "
+        "captions, one per line)."))
+    captions: tuple[str, ...] = with_default(ProgressionConfig, "captions", ())
+    max_new_tokens: int = option(8, help="Longest VLM reply, in tokens.")
+    n_ctx: int = internal(4096)  # an openai: judge's context window; one image and a short prompt fit
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    concurrency: int = 1
-    placement: Placement = field(init=False, compare=False)
-    template: ChatPrompt = field(init=False, compare=False)
-    judge: VLMJudge | ServerJudge | OfflineJudge = field(init=False, compare=False)
+    concurrency: int = with_default(LLMConfig, "concurrency", 1)  # requests in flight to an openai: judge
+    placement: Placement = internal(init=False)
+    template: ChatPrompt = internal(init=False)
+    judge: VLMJudge | ServerJudge | OfflineJudge = internal(init=False)
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.none_margin) or self.none_margin < 0:

@@ -33,12 +33,17 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
-from vi.core.models.chat import SCHEMA_RETRIES, ChatBackend, LLMSettings, chat_json, check_llm, load_llm
+from vi.core.models.catalog import DEFAULT_LLM
+from vi.core.models.chat import (LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, ChatBackend, LLMConfig, LLMSettings,
+                                 chat_json, check_llm, load_llm)
 from vi.core.seeding import record_seed
+from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 STAGE = "judge-progression"
@@ -175,18 +180,36 @@ def record_action(record: dict) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+def caption_list(text: str | None) -> tuple[str, ...]:
+    """--captions FIELD[,FIELD] as a tuple of field names (none: every caption field)."""
+    return tuple(name.strip() for name in (text or "").split(",") if name.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProgressionConfig:
-    llms: tuple[str, ...] = ("qwen2.5-coder-1.5b",)
-    prompt: str = "pseudo"
-    prompt_file: Path | None = None
-    captions: tuple[str, ...] = ()  # () = every captions / captions_* field
-    n_ctx: int = 2048
+    """The options of `vi judge progression`, checked when built (a bad one: exit 2; a missing model: exit 5).
+    Several judges vote, so `llms` is a list (--llm repeated) and this is not an LLMConfig; the other LLM
+    options are LLMConfig's."""
+
+    llms: tuple[str, ...] = option(
+        (DEFAULT_LLM,), flag="--llm", panel=LLM_PANEL, show_default=False,
+        help=LLM_HELP + f" Repeat --llm for several judges (they vote); default {DEFAULT_LLM}.")
+    prompt: str = option("pseudo", help=(
+        "pseudo: the paper's pseudo-labelling prompt (A similar, B changed, C cannot tell); eval: "
+        "FrameCapEval's (A action progressed, B not, C uncertain; it names the record's action)."))
+    prompt_file: Path | None = option(None, help=(
+        "Your own prompt instead of the packaged progression_pseudo.txt / progression_eval.txt; it must "
+        "use ${desc1} and ${desc2} (and ${action} with --prompt eval) and ask for A, B or C."))
+    captions: tuple[str, ...] = option(
+        (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
+        help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
+             "named captions or captions_* that holds {items: [{frame, text}]}.")
+    n_ctx: int = with_default(LLMConfig, "n_ctx", 2048)
     device: str = "auto"
     seed: int = 0
-    threads: int | None = None
-    concurrency: int = 1
-    template: ChatPrompt = field(init=False, compare=False)
+    threads: int | None = with_default(LLMConfig, "threads", None)
+    concurrency: int = with_default(LLMConfig, "concurrency", 1)
+    template: ChatPrompt = internal(init=False)
 
     def __post_init__(self) -> None:
         if not self.llms:
@@ -250,3 +273,20 @@ def judge_record(record: dict, config: ProgressionConfig, judges: list[tuple[str
     if config.prompt == "eval":
         out["action"] = action
     return {"progression": out}
+
+
+JUDGE_PROGRESSION = RecordStage(
+    STAGE,
+    summary="Progression detection: LLM judges say, per adjacent pair of frame captions, whether they show a "
+            "change (ProgressCaptioner).",
+    reads="[cyan]captions[/cyan] (and any [cyan]captions_*[/cyan]) = {items: [{frame, text}]} from vi "
+          "caption-frames, [cyan]frames[/cyan]; with --prompt eval, [cyan]action[/cyan] (or action_label).",
+    writes="[cyan]progression[/cyan] = {prompt, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "
+           "{captioner: {judge: A|B|C}}, consensus, change, passed: {captioner: bool}}], distinct: \\[frame indices]}. "
+           "consensus: the majority letter over every judge and captioner (a tie: null); change: pseudo B / "
+           "eval A true, pseudo A / eval B false, C or null null; passed: the captioner's own majority is the "
+           "consensus and the consensus is not C/null; distinct: frame 0 and every frame whose pair with the "
+           "one before has change true. A record without a caption field is a missing_field error.",
+    example="vi frames -i seqs.json --image-root data | vi caption-frames | vi judge progression --llm "
+            "smollm2-135m --llm qwen2.5-coder-1.5b | vi judge match -o judged.jsonl",
+    config=ProgressionConfig, fields=("progression",), process=judge_record)

@@ -26,12 +26,13 @@ benchmark (a keyframe set wants no repeated stage); it needs the frame images, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
-from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
+from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.seeding import record_rng, record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.progresscaptioner.judge_progression import (
@@ -47,25 +48,45 @@ METHODS = ("progress", "uniform", "kmeans")
 DEFAULT_COUNT = 4  # uniform's N when neither --count nor a progress run says
 
 
-@dataclass(frozen=True)
-class KeyframesConfig(UsesLLM):
-    method: str = "progress"
-    model: str = "qwen2.5-coder-1.5b"  # the judge (progress only)
-    prompt: str = "eval"
-    prompt_file: Path | None = None
-    captions: str = "captions"  # the caption field read
-    into: str = "keyframes"
-    count: int | None = None
-    image_model: str = "auto"  # kmeans's image features: a CLIP model or efficientnet-lite0
-    captioner: object | None = None  # a caption_frames config: make pairwise captions here (progress)
-    n_ctx: int = 2048
-    device: str = "auto"
-    seed: int = 0
-    threads: int | None = None
-    concurrency: int = 1
-    template: ChatPrompt | None = field(init=False, default=None, compare=False)
+@dataclass(frozen=True, kw_only=True)
+class KeyframesConfig(LLMConfig):
+    """The options of `vi keyframes`, checked when built (a bad one: exit 2; a missing model: exit 5).
+    The LLM (`llm`) is the judge of --method progress."""
+
+    method: str = option("progress", help=(
+        "progress: frame 0, then every frame t whose caption shows progression over frame t-1's (the "
+        "judge LLM, the paper's method; the count follows the content). uniform: --count frames evenly "
+        "spaced. kmeans: FrameCapEval's K-means over image features (K by silhouette, 3..6), one frame per "
+        "cluster."))
+    count: int | None = option(None, min=1, help=(
+        "uniform: how many frames (default: the count of a progress run already in the record's "
+        f"keyframes, else {DEFAULT_COUNT})."))
+    captions: str = option("captions", help="The caption field to read (vi caption-frames --into).")
+    into: str = option("keyframes", help=(
+        "Write the keyframes to this field (and FIELD_method), so methods can sit side by side."))
+    prompt: str = option("eval", help=(
+        "progress: the judge's prompt, eval (the paper's FrameCapEval prompt: has the action advanced? A "
+        "viewpoint or hand change is no progression) or pseudo (are there noticeable changes?)."))
+    prompt_file: Path | None = option(None, exists=True, dir_okay=False, help=(
+        "Your own judge prompt (see the packaged prompt_templates/progression_*.txt; eval needs ${action}, "
+        "${desc1}, ${desc2})."))
+    image_model: str = option("auto", help=(
+        "kmeans: image features from a CLIP model (alias or checkpoint) or efficientnet-lite0; auto takes "
+        "CLIP when installed."))
+    captioner: str | None = option(None, help=(
+        "progress: make the captions of each window (v_{t-1}, v_t) here, with vi caption-frames' "
+        "captioner (--window 2 --keep-both): a transformers VLM folder or hub id, openai:MODEL@URL, "
+        "offline (the embedded-model captioner) or auto. Used for records whose caption field has no "
+        "per-window captions; without it those records' captions are compared as they are."))
+    n_ctx: int = with_default(LLMConfig, "n_ctx", 2048)
+    # vi caption-frames' config for --captioner, with --method progress: pairwise captions made here
+    pair_captioning: object | None = internal(init=False, default=None)
+    template: ChatPrompt | None = internal(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.captioner and self.method == "progress":  # a missing captioner: before any record
+            object.__setattr__(self, "pair_captioning", pair_captioner(self.captioner, device=self.device,
+                                                                      seed=self.seed))
         if self.method not in METHODS:
             raise ValueError(f"--method {self.method!r}: choose one of {', '.join(METHODS)}")
         if self.count is not None and self.count < 1:
@@ -181,7 +202,7 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
             texts[t] = after
     if length == 1:
         texts[0] = first_captions(captions).get(0)
-    info = {"llm": config.model, "prompt": config.prompt, "action": action,
+    info = {"llm": config.llm, "prompt": config.prompt, "action": action,
             "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters}
     return kept, texts, info
 
@@ -241,12 +262,12 @@ def keyframes(record: dict, config: KeyframesConfig, llm: ChatBackend | None = N
     info: dict = {"method": config.method}
     texts: dict[int, str | None] = {}
     if config.method == "progress":
-        if config.captioner is not None and not is_pairwise(captions):
+        if config.pair_captioning is not None and not is_pairwise(captions):
             captions = make_pair_captions(record, config)
         if captions is None:
             raise RecordError("missing_field", f"record {record['id']}: no '{config.captions}' captions; run vi "
                               "caption-frames --window 2 --keep-both first, or give --captioner")
-        kept, texts, more = select_progress(record, captions, length, config, llm or config.llm())
+        kept, texts, more = select_progress(record, captions, length, config, llm or config.load_llm())
         info.update(field=config.captions, **more)
     elif config.method == "uniform":
         found = progress_count(record, config.into)
@@ -274,7 +295,7 @@ def make_pair_captions(record: dict, config: KeyframesConfig) -> dict:
     """Captions of every window (v_{t-1}, v_t), made by vi caption-frames' library."""
     from vi.pipelines.progresscaptioner.caption_frames import caption_batch
 
-    (made,) = caption_batch([record], config.captioner)
+    (made,) = caption_batch([record], config.pair_captioning)
     if isinstance(made, Exception):
         raise made
-    return made[config.captioner.into]
+    return made[config.pair_captioning.into]

@@ -11,67 +11,71 @@ model saved where `vi caption-frames --vlm RUN` loads it (LoRA adapters merged i
 DPO's reference log-probabilities are computed on the fly, a forward of the reference model per batch: TRL
 1.16's `precompute_ref_log_probs` refuses vision datasets ("not supported for vision datasets").
 
-Run folder: RUN/ holds the final model and processor, RUN/checkpoints/checkpoint-N the Trainer's checkpoints
-(model, optimizer, scheduler, RNG, data position), RUN/log.jsonl one line per log event: `kind` train (loss,
-learning_rate, grad_norm; DPO also rewards/*), eval (held-out: eval_loss; DPO also eval_rewards/accuracies and
-eval_rewards/margins), the first at step 0 before any update, so a run shows its own start.
+Run folder (claimed, resumed or overwritten as `vi.core.training` does for every trainer): RUN/ holds the final
+model and processor, RUN/checkpoints/checkpoint-N the Trainer's checkpoints (model, optimizer, scheduler, RNG,
+data position), RUN/log.jsonl one line per log event in vi's format (`RunLog`): split train (loss,
+learning_rate, grad_norm; DPO also rewards/*), split val (loss: the held-out eval_loss; DPO also
+eval_rewards/accuracies and eval_rewards/margins), the first at step 0 before any update, so a run shows its own
+start.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from vi.core.config import internal, option, with_default
+from vi.core.models.catalog import DEFAULT_VLM  # the paper's base (its 7B OneVision)
 from vi.core.progress import log
+from vi.core.training import (CHECKPOINTS, DATA, LOG, MODEL, OPTIM, RunConfig, RunLog, claim_run, on_cpu,
+                              run_option)
 from vi.pipelines.progresscaptioner.train_captioner_data import CachedImages, load_split, param_groups
 
-LOG, CHECKPOINTS = "log.jsonl", "checkpoints"
-DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-7b-ov-hf"  # the paper's base (its 7B OneVision)
 # The paper's learning rates. For DPO it gives one (5e-7); the vision encoder keeps SFT's ratio (1/5) to it.
 PAPER_LR = {"sft": (1e-5, 2e-6), "dpo": (5e-7, 1e-7)}
 
 
-@dataclass(frozen=True)
-class CaptionerTrainConfig:
+@dataclass(kw_only=True)
+class CaptionerTrainConfig(RunConfig):
     """The options of `vi train captioner`; lr/vision_lr None take the paper's for `method`."""
 
-    output: Path
-    data: Path
-    method: str = "sft"
-    model: str = DEFAULT_MODEL
-    val: Path | None = None
-    lr: float | None = None
-    vision_lr: float | None = None  # 0 freezes the vision encoder
-    beta: float = 0.2  # DPO's KL strength (the paper's)
-    lora: bool = False
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    epochs: float = 1.0
-    max_steps: int = 0  # 0: `epochs` decides
-    batch_size: int = 1
-    eval_batch_size: int = 1
-    grad_accum: int = 1
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.03
-    scheduler: str = "cosine"
-    max_grad_norm: float = 1.0
-    max_length: int = 0  # 0: no truncation (a cut inside the image tokens breaks the model's inputs)
-    gradient_checkpointing: bool = True
-    cache_images: bool = False  # decode each image file once and keep it in memory (CachedImages)
-    eval_every: int = 100
-    save_every: int = 500
-    log_every: int = 10
-    keep_checkpoints: int = 2
-    resume: bool = False
-    overwrite: bool = False
-    device: str = "auto"
-    seed: int = 0
-    quiet: bool = False
+    output: Path = run_option("output", help="Run folder: the final model, checkpoints and log.jsonl.")
+    data: Path = option(flag="--data", exists=True, dir_okay=False, help="sft.jsonl or dpo.jsonl of vi "
+                        "captioner-data.", panel=DATA, show_default=False)
+    method: str = option("sft", help="sft or dpo.", panel=MODEL)
+    model: str = option(DEFAULT_VLM, flag="--vlm", hidden_aliases=("--model",), help="The VLM to start from: a transformers folder (e.g. the SFT run) or a "
+                        "cached hub id.", panel=MODEL)
+    val: Path | None = option(None, exists=True, dir_okay=False, help="Held-out records (default: the --data "
+                              "records of split heldout).", panel=DATA)
+    lr: float | None = option(None, min=0.0, help="Peak learning rate of the LLM and projector (default: 1e-5 SFT, "
+                              "5e-7 DPO).", panel=OPTIM, show_default=False)
+    vision_lr: float | None = option(None, min=0.0, help="Peak learning rate of the vision encoder (default: 2e-6 "
+                                     "SFT, 1e-7 DPO; 0 freezes it).", panel=OPTIM, show_default=False)
+    beta: float = option(0.2, min=0.0, help="DPO's beta.", panel=OPTIM)  # DPO's KL strength (the paper's)
+    lora: bool = option(False, flag="--lora", help="Train LoRA adapters on every linear layer instead of all "
+                        "weights; they are merged into the saved model.", panel=MODEL)
+    lora_rank: int = option(16, min=1, help="LoRA rank.", panel=MODEL)
+    lora_alpha: int = option(32, min=1, help="LoRA alpha.", panel=MODEL)
+    lora_dropout: float = internal(0.05)
+    epochs: float = option(1.0, min=0.0, help="Passes over the training records.", panel=OPTIM)
+    max_steps: int = option(0, min=0, help="Optimizer steps (0: --epochs decides).", panel=OPTIM)
+    batch_size: int = option(1, min=1, help="Records per process and micro step.", panel=OPTIM)
+    eval_batch_size: int | None = internal(None)  # None: --batch-size
+    warmup_ratio: float = option(0.03, min=0.0, max=1.0, help="Linear warm-up over this fraction of the steps, "
+                                 "then --scheduler.", panel=OPTIM)
+    scheduler: str = option("cosine", help="transformers' scheduler name: cosine, linear, constant...", panel=OPTIM)
+    # 0: no truncation (a cut inside the image tokens breaks the model's inputs)
+    max_length: int = option(0, min=0, help="Truncate sequences to this many tokens (0: never; a cut inside the "
+                             "image tokens fails).", panel=OPTIM)
+    gradient_checkpointing: bool = with_default(RunConfig, "gradient_checkpointing", True)
+    cache_images: bool = option(False, flag="--cache-images", help="Decode each image file once and keep it in "
+                                "memory instead of re-reading it for every batch: width x height x 3 bytes a distinct "
+                                "frame (0.7 MB at 640x360, 6.2 MB at 1920x1080) in each process, for the whole run.",
+                                panel=DATA)
+    keep_checkpoints: int = with_default(RunConfig, "keep_checkpoints", 2)
+    seed: int = run_option("seed", help="Seed of the data order and LoRA's initialisation.")
 
     @property
     def rates(self) -> tuple[float, float]:
@@ -79,12 +83,9 @@ class CaptionerTrainConfig:
         return (lr if self.lr is None else self.lr), (vision_lr if self.vision_lr is None else self.vision_lr)
 
     def check(self) -> None:
+        super().check()
         if self.method not in PAPER_LR:
             raise ValueError(f"--method must be sft or dpo, got {self.method!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
-        if self.resume and self.overwrite:
-            raise ValueError("--resume continues the run in --output and --overwrite replaces it: give one")
         if not self.data.is_file():
             raise ValueError(f"--data {self.data}: no such file")
         if self.val is not None and not self.val.is_file():
@@ -143,17 +144,22 @@ def _callbacks(path: Path, quiet: bool):
     from transformers import ProgressCallback, TrainerCallback
 
     class LogJsonl(TrainerCallback):
-        """Every log event as a line of RUN/log.jsonl (only the main process writes)."""
+        """TRL's log events as RUN/log.jsonl lines in vi's format (`RunLog`), on the main process: a train
+        event as split train, an evaluation (eval_* keys) as split val with its eval_loss as the loss, each
+        with TRL's own keys too. The end-of-run totals (train_runtime, mean train_loss) are no step of the
+        curve: they go to stderr."""
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs:
                 return
-            kind = "eval" if any(k.startswith("eval_") for k in logs) else (
-                "summary" if "train_runtime" in logs else "train")
-            row = {"kind": kind, "step": state.global_step, "epoch": round(state.epoch or 0.0, 4),
-                   **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in logs.items()}}
-            with path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(row) + "\n")
+            if "train_runtime" in logs:
+                log.info("vi train captioner: %s", " ".join(f"{k}={v:.6g}" for k, v in logs.items()))
+                return
+            logs = dict(logs)
+            evaluation = any(k.startswith("eval_") for k in logs)
+            loss = logs.get("eval_loss") if evaluation else logs.pop("loss", None)
+            RunLog(path).write("val" if evaluation else "train", state.global_step, loss,
+                               **{"epoch": state.epoch or 0.0, **logs})
 
     class StderrProgress(ProgressCallback):
         """The Trainer's progress bar (stderr), with its log lines on stderr too: stdout is vi's JSONL."""
@@ -167,32 +173,13 @@ def _callbacks(path: Path, quiet: bool):
 
 
 def _claim_output(config: CaptionerTrainConfig) -> str | None:
-    """The checkpoint to resume from (None: a fresh run). A folder holds one run: continued (--resume) or
-    replaced (--overwrite); resuming drops the log lines after the checkpoint, which the run redoes."""
+    """The Trainer checkpoint to resume from (None: a fresh run); see `claim_run`."""
     from accelerate import PartialState
-    from transformers.trainer_utils import get_last_checkpoint
 
-    out, logfile = config.output, config.output / LOG
-    checkpoints = out / CHECKPOINTS
-    earlier = logfile.is_file() or checkpoints.is_dir()
-    if earlier and not (config.resume or config.overwrite):
-        raise ValueError(f"{out} holds an earlier run: give --resume to continue it or --overwrite to start again")
-    last = get_last_checkpoint(str(checkpoints)) if config.resume and checkpoints.is_dir() else None
     state = PartialState()  # under a launcher, one process per GPU: only the first changes the folder
-    if state.is_main_process:
-        if earlier and config.overwrite:
-            shutil.rmtree(checkpoints, ignore_errors=True)
-            logfile.unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-        if config.resume and last is None:
-            log.warning("--resume: no checkpoint in %s yet; starting from step 0", checkpoints)
-            logfile.unlink(missing_ok=True)
-        if last is not None and logfile.is_file():
-            step = int(Path(last).name.rsplit("-", 1)[1])
-            rows = [r for r in logfile.read_text(encoding="utf-8").splitlines() if json.loads(r)["step"] <= step]
-            logfile.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    last = claim_run(config, state.is_main_process, prefix="checkpoint-")
     state.wait_for_everyone()
-    return last
+    return None if last is None else str(last)
 
 
 def _trainer_args(config: CaptionerTrainConfig, cpu: bool, has_heldout: bool):
@@ -202,7 +189,8 @@ def _trainer_args(config: CaptionerTrainConfig, cpu: bool, has_heldout: bool):
     common = dict(
         output_dir=str(config.output / CHECKPOINTS), learning_rate=config.rates[0], num_train_epochs=config.epochs,
         max_steps=config.max_steps or -1, per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=config.eval_batch_size, gradient_accumulation_steps=config.grad_accum,
+        per_device_eval_batch_size=config.eval_batch_size or config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
         weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio, lr_scheduler_type=config.scheduler,
         max_grad_norm=config.max_grad_norm, gradient_checkpointing=config.gradient_checkpointing,
         gradient_checkpointing_kwargs={"use_reentrant": False}, bf16=not cpu and torch.cuda.is_bf16_supported(),
@@ -229,13 +217,11 @@ def build_trainer(config: CaptionerTrainConfig):
     import torch
     from transformers import AutoProcessor, PrinterCallback, ProgressCallback, set_seed
     from trl import DPOTrainer, SFTTrainer
-    from vi.core.models.vlm import locate_vlm
+    from vi.core.models.resolve import resolve
 
     config.check()
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no cuda device is available here")
-    cpu = config.device == "cpu" or not torch.cuda.is_available()
-    files = locate_vlm(config.model)
+    cpu = on_cpu(config.device)
+    files = resolve(config.model, "vlm")
     train, heldout = load_split(config.data, config.val, config.method, decode=not config.cache_images)
     set_seed(config.seed)  # before the model: LoRA's adapters start random
     # bf16 weights on GPU, as the paper trains; float32 on CPU, where bf16 is slow and imprecise.
@@ -275,6 +261,7 @@ def build_trainer(config: CaptionerTrainConfig):
 
 def run_training(config: CaptionerTrainConfig) -> Path:
     """Train, then save the final model and processor in config.output; returns that folder."""
+    config.check()
     resume_from = _claim_output(config)
     trainer, processor = build_trainer(config)
     if resume_from is not None:

@@ -19,17 +19,19 @@ written to a temporary name and renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
+from vi.core.config import internal, option
+from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
+from vi.core.paths import safe_name
 from vi.core.records import finite_number
+from vi.core.stream import RecordStage
 from vi.pipelines.common import frame_scorers
 from vi.pipelines.common.frame_scorers import ScorerChoice
 
@@ -38,22 +40,29 @@ DECODE_CHUNK = 256  # frames decoded per decord call: 256 x 224 x 224 x 3 bytes 
 JPEG_QUALITY = 90
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AlignConfig:
     """The options of `vi align-frames`, checked when built (a bad one fails before any record)."""
 
-    model: str = "auto"
-    clip_arch: str | None = None
-    fps: float = 1.0
-    eps: float = 15.0
-    frames_dir: Path | None = None
-    batch_size: int = 32
-    text_model: str = "minilm-l6"  # embeds step texts and ImageNet labels for the label scorer
+    model: str = option("auto", help=(
+        "auto (dfn5b-clip-vit-h-14 when it is in the local hub cache, else imagenet-labels), "
+        "imagenet-labels (EfficientNet-Lite0's top-5 ImageNet labels vs the step, offline), "
+        "random (the baseline), or a CLIP model: an alias, hf-hub:org/name, an open_clip "
+        "NAME:TAG (ViT-B-32:openai) in the local cache, a folder with open_clip_config.json, or "
+        "a checkpoint file with --clip-arch."))
+    clip_arch: str | None = option(None, help=(
+        "The architecture of a --model checkpoint file: an open_clip model name (ViT-B-32) "
+        "or a model config .json."))
+    fps: float = option(1.0, help="Candidate frames per second of video.")
+    eps: float = option(15.0, help="Seconds each step's interval is widened by on both sides (ShowHowTo: 15).")
+    frames_dir: Path | None = option(None, help="Also save each chosen frame, full size, as DIR/<id>/<step:02d>.jpg.")
+    batch_size: int = option(32, help="Frames (or texts) per encoder call.")
+    text_model: str = internal(DEFAULT_TEXT_EMBEDDING)  # embeds step texts and ImageNet labels for the label scorer
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
-    placement: Placement = field(init=False, compare=False)
-    scorer: ScorerChoice = field(init=False, compare=False)
+    placement: Placement = internal(init=False)
+    scorer: ScorerChoice = internal(init=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.fps) and self.fps > 0):
@@ -222,16 +231,6 @@ def align_record(record: dict, config: AlignConfig) -> dict:
                           "candidates": len(times), "unaligned": sum(f is None for f in frames)}}
 
 
-def safe_name(record_id: object) -> str:
-    """A folder name for a record id: itself when it is tame and short, else tamed, cut to 80
-    characters, plus a short hash (file systems refuse names over 255 bytes)."""
-    text = str(record_id)
-    tame = re.sub(r"[^\w.=+-]", "_", text).lstrip(".") or "_"
-    if tame == text and len(text.encode("utf-8", "surrogatepass")) <= 120:
-        return text
-    return f"{tame[:80]}-{hashlib.sha1(text.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
-
-
 def save_frames(path: Path, frames: list[dict | None], folder: Path) -> None:
     """Decode the chosen frames at full size and write each as DIR/<step:02d>.jpg, atomically."""
     wanted = [(i, frame) for i, frame in enumerate(frames) if frame is not None]
@@ -243,3 +242,16 @@ def save_frames(path: Path, frames: list[dict | None], folder: Path) -> None:
         target = folder / f"{i:02d}.jpg"
         media.save_jpeg(image, target, JPEG_QUALITY)
         frame["path"] = str(target.resolve())
+
+
+ALIGN_FRAMES = RecordStage(
+    STAGE,
+    summary="One representative frame per step, in the steps' order (ShowHowTo's frame alignment).",
+    reads="[cyan]video[/cyan], [cyan]steps[/cyan] = {title, items: [{text, start, end}]} (from vi "
+          "extract-steps), and [cyan]duration[/cyan], [cyan]width[/cyan], [cyan]height[/cyan] when "
+          "vi probe set them.",
+    writes="[cyan]steps[/cyan] with [cyan]frame[/cyan] = {time, score[, path]} or null added to each "
+           "item (every other key kept), and [cyan]alignment[/cyan] = {model, fps, eps, candidates, "
+           "unaligned}.",
+    example="vi align-frames -i steps.jsonl --frames-dir frames/ -o aligned.jsonl",
+    config=AlignConfig, fields=("steps", "alignment"), process=align_record)

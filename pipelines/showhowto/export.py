@@ -17,12 +17,13 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from vi.core.config import option
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, RecordError
 from vi.core.locks import FOLDER_LOCK, lock_folder
 from vi.core.media import read_frames
@@ -30,38 +31,35 @@ from vi.core.progress import log
 from vi.core.records import REJECTED, Record, finite_number, has_errors
 from vi.core.sharding import Shard
 from vi.pipelines.showhowto.export_writers import (  # noqa: F401 (re-exported for vi.cli.export)
-    ImgseqWriter, SkippedLog, TarShardWriter, rebuild_prompts_index, safe_key, shard_suffix)
+    ImgseqWriter, Sequence, Skip, SkippedLog, TarShardWriter, rebuild_prompts_index, safe_key, shard_suffix)
 
 STAGE = "export showhowto"
 TOO_FEW_STEPS, UPSTREAM_ERROR, MALFORMED = "too_few_steps", "upstream_error", "malformed"
 JPEG_MAX_SIDE = 65_500  # libjpeg refuses images wider than 65535 px
 MAX_SHOWN_FAILURES = 10
 LAYOUTS = ("showhowto", "webdataset")
+Layout = Enum("Layout", [(name, name) for name in LAYOUTS], type=str)  # --format's choices
+DATASET_PANEL = "Dataset"
 
 
-@dataclass(frozen=True)
-class Sequence:
-    """The aligned steps of one record: what goes into one strip."""
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig:
+    """The options of `vi export showhowto` that shape the dataset (the records it reads, the shard and
+    --resume are the command's)."""
 
-    id: str
-    prompts: list[str]
-    times: list[float]
-    paths: list[str | None]  # a saved JPEG of the frame, or None: decode it from `video`
-    video: str | None
-    title: str | None
-
-    def sidecar(self) -> dict[str, Any]:
-        return {"id": self.id, "prompts": self.prompts, "times": self.times, "video": self.video,
-                "title": self.title}
-
-
-@dataclass(frozen=True)
-class Skip:
-    reason: str  # TOO_FEW_STEPS, UPSTREAM_ERROR, MALFORMED, or a RecordError kind
-    detail: str
+    out: Path = option(panel=DATASET_PANEL, show_default=False, help="The dataset folder; created if needed.")
+    layout: str = option(
+        "showhowto", flag="--format", cli_type=Layout, parse=lambda layout: Layout(layout).value, panel=DATASET_PANEL,
+        help="showhowto: the layout of ShowHowTo's own loader; webdataset: tar shards.")
+    height: int = option(256, min=16, panel=DATASET_PANEL, help=(
+        "Tile height in pixels; tiles keep their aspect ratio and are never narrower than "
+        "tall (a portrait frame is centre-cropped to a square)."))
+    quality: int = option(95, min=1, max=100, panel=DATASET_PANEL, help="JPEG quality of the strips.")
+    maxcount: int = option(1000, min=1, panel=DATASET_PANEL, help="webdataset: sequences per tar shard.")
+    min_steps: int = option(2, min=1, panel=DATASET_PANEL, help="Skip a video with fewer steps that have a frame.")
 
 
-def aligned_sequence(record: Record, min_steps: int = 2) -> Sequence | Skip:
+def aligned_sequence(record: Record, min_steps: int = ExportConfig.min_steps) -> Sequence | Skip:
     """The record's steps that have a frame, in order, or why the record has no sequence."""
     if record.get(REJECTED):  # our own reader found the line broken: not an upstream failure
         return Skip(MALFORMED, record["errors"][-1]["message"])

@@ -2,7 +2,8 @@
 
 Every file is written under a hidden temporary name, synced and renamed, so a final name always
 holds a whole file; a sequence counts as done once its last file (the sidecar json, or the tar
-holding it) has its final name. `vi.pipelines.showhowto.export` decides what goes in them.
+holding it) has its final name. `vi.pipelines.showhowto.export` decides what goes in them
+(a `Sequence`, or a `Skip` saying why not; both are defined here, so the dependency runs one way).
 """
 
 from __future__ import annotations
@@ -15,17 +16,37 @@ import os
 import re
 import shutil
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vi.core.progress import log
 from vi.core.sharding import Shard
 from vi.core.sink import recover
 
-if TYPE_CHECKING:
-    from vi.pipelines.showhowto.export import Sequence, Skip
-
 KEY_MAX_CHARS = 100  # a file name stays far below the 255-byte limit of most filesystems
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """The aligned steps of one record: what goes into one strip."""
+
+    id: str
+    prompts: list[str]
+    times: list[float]
+    paths: list[str | None]  # a saved JPEG of the frame, or None: decode it from `video`
+    video: str | None
+    title: str | None
+
+    def sidecar(self) -> dict[str, Any]:
+        return {"id": self.id, "prompts": self.prompts, "times": self.times, "video": self.video,
+                "title": self.title}
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str  # export's TOO_FEW_STEPS, UPSTREAM_ERROR, MALFORMED, or a RecordError kind
+    detail: str
 
 
 def safe_key(record_id: str) -> str:

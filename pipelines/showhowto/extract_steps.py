@@ -22,7 +22,7 @@ Which lines make a step (`segmentation`):
 - "model": the model's citations as they are, with no label pass.
 - "labels": the labels make the steps (a STEP line and the MORE lines after it) and the model only
   writes one instruction per step, the reply's schema fixing each step's lines.
-On the hand-written narrations (README, vi extract-steps) the labels alone drop the talk the 1.5B
+On the hand-written narrations (evaluation/showhowto/RESULTS.md) the labels alone drop the talk the 1.5B
 model copies as steps but merge some steps, and the model alone keeps the steps apart but copies
 talk; filtered keeps the model's steps and the labels' verdict on talk, and the labels' runs where
 the model only copied lines. The citations are checked either way (step_citations.py: order,
@@ -39,16 +39,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.core.models.chat import LLMSettings, UsesLLM, check_llm
+from vi.core.config import internal, option
+from vi.core.models.chat import LLMConfig, LLMSettings, check_llm
 from vi.core.seeding import record_seed
+from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
@@ -112,21 +114,30 @@ def numbered_lines(segments: list[Segment], first: int = 1) -> list[str]:
     return [f"[{n}] {s.text}" for n, s in enumerate(segments, first)]
 
 
-@dataclass(frozen=True)
-class ExtractConfig(UsesLLM):
-    model: str = "qwen2.5-coder-1.5b"
-    prompt: Path | None = None
-    n_ctx: int = 4096
-    max_new_tokens: int = 1024
-    overlap_s: float = 30.0  # context shown on each side of a chunk of a long transcript
-    tolerance_s: float = 2.0  # times this far outside the video are clamped, not refused
-    device: str = "auto"
-    seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads
-    concurrency: int = 1  # requests in flight (server) or batch (transformers)
-    segmentation: str = "filtered"  # which lines make a step: see the module's docstring
-    template: ChatPrompt = field(init=False, compare=False)
-    write_template: ChatPrompt = field(init=False, compare=False)
+@dataclass(frozen=True, kw_only=True)
+class ExtractConfig(LLMConfig):
+    """The options of `vi extract-steps` (the LLM's in LLMConfig), checked when built."""
+
+    segmentation: str = option("filtered", help=(  # which lines make a step: see the module's docstring
+        "Which lines make a step. filtered (default): the model cites each step's lines "
+        "itself, and a first pass that labels each line STEP, MORE or TALK (greeting, aside, "
+        "opinion, outro) drops the steps whose lines are all talk; where the model only copied "
+        "the narration lines as steps, the labelled runs make the steps. model: the citations alone. "
+        "labels: the labels make the steps and the model writes one instruction per step: no "
+        "talk becomes a step, but some steps merge (evaluation/showhowto/RESULTS.md)."))
+    prompt: Path | None = option(None, help=(
+        "Your own prompt file (see the packaged prompt_templates/ for the format): with "
+        "--segmentation labels it replaces extract_steps_write.txt and must use ${title} "
+        "and ${steps}; with model or filtered, extract_steps.txt, using ${title} and ${transcript}."))
+    max_new_tokens: int = option(1024, help="Longest reply, in tokens.")
+    overlap_s: float = option(30.0, flag="--overlap", help=(  # context on each side of a chunk of a long transcript
+        "Seconds of transcript shown on each side of a chunk, as context (a transcript longer "
+        "than --n-ctx is cut into chunks)."))
+    tolerance_s: float = option(2.0, flag="--tolerance", help=(  # clamped, not refused
+        "Step times up to this many seconds outside the video are clamped; further out, "
+        "the step is dropped."))
+    template: ChatPrompt = internal(init=False)
+    write_template: ChatPrompt = internal(init=False)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 64 or self.max_new_tokens >= self.n_ctx // 2:
@@ -244,9 +255,80 @@ def video_duration(record: dict, segments: list[Segment]) -> float:
     return duration if duration is not None and duration > 0 else max(s.end for s in segments)
 
 
-def write_labelled_steps(llm, config: ExtractConfig, title: str, chunk: Chunk, first: int,
-                         shown: list[dict], segments: list[Segment], seed: int, record_id: object
-                         ) -> tuple[str, list[dict]]:
+@dataclass(frozen=True)
+class RecordPlan:
+    """One record ready for the model: its speech lines, numbered from 1 as the model cites them,
+    cut into chunks that fit the prompt. Every segmentation walks the same chunks."""
+
+    record_id: object
+    title: str
+    llm: Any
+    segments: list[Segment]
+    indices: list[int]  # each line's index in the record's transcript.segments
+    chunks: list[Chunk]
+    firsts: list[int]  # the number of each chunk's first line (a chunk's lines are consecutive)
+
+    @property
+    def texts(self) -> list[str]:
+        return [s.text for s in self.segments]
+
+    def each_chunk(self, seed: int) -> Iterator[tuple[int, Chunk, int, int]]:
+        """(n, chunk, its first line's number, its request seed) for each chunk, in order."""
+        for n, (chunk, first) in enumerate(zip(self.chunks, self.firsts)):
+            yield n, chunk, first, record_seed(seed, f"{self.record_id}#{n}") % 2**32
+
+
+def plan_record(record: dict, config: ExtractConfig) -> RecordPlan:
+    """The record's speech lines cut into chunks that fit the prompt; a record with no speech is a
+    no_narration error, and one whose prompt leaves too little room a context_too_small error."""
+    segments, indices = speech_lines(record)
+    if not segments:
+        raise RecordError("no_narration", f"record {record['id']}: the transcript has no speech "
+                          "(empty, or only music/noise captions); no steps to extract. "
+                          "vi filter-instructional --drop sets such videos aside")
+    title = str(record.get("title") or NO_TITLE)
+    llm = config.load_llm()
+    overhead = llm.count_message_tokens(config.template.render(title=title, transcript=""))
+    budget = min(llm.n_ctx, config.n_ctx) - overhead - config.max_new_tokens - SAFETY_TOKENS
+    if budget < 100:
+        raise RecordError("context_too_small", f"record {record['id']}: the prompt leaves "
+                          f"{budget} tokens for the transcript; raise --n-ctx or shorten --prompt")
+    number = {id(s): n for n, s in enumerate(segments, 1)}  # the line numbers the model cites
+    line_tokens = {id(s): llm.count_tokens(numbered_lines([s], number[id(s)])[0]) + 1
+                   for s in segments}
+    longest = max(line_tokens.values())
+    if longest > budget:
+        raise RecordError("context_too_small", f"record {record['id']}: one transcript segment is "
+                          f"{longest} tokens, more than the {budget} the prompt leaves in --n-ctx "
+                          f"{config.n_ctx}; raise --n-ctx (or re-run vi transcribe, which cuts "
+                          "segments at sentences)")
+    chunks = plan_chunks(segments, lambda s: line_tokens[id(s)], budget, config.overlap_s)
+    return RecordPlan(record["id"], title, llm, segments, indices, chunks,
+                      [number[id(chunk.segments[0])] for chunk in chunks])
+
+
+def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, seed: int
+                  ) -> tuple[str, list[Any]]:
+    """The model's steps for the chunk, each citing the lines it chose (`extract_steps.txt`);
+    only those that start in the chunk's core."""
+    messages = config.template.render(title=plan.title, transcript="\n".join(numbered_lines(chunk.segments, first)))
+    reply = plan.llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
+                          max_tokens=config.max_new_tokens, seed=seed)
+    chunk_title, steps = parse_reply(reply.text, plan.record_id)
+    return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
+
+
+def label_chunk(plan: RecordPlan, chunk: Chunk, first: int, labels: dict[int, dict]) -> list[dict]:
+    """The label of each of the chunk's lines (narration_labels.py); those of its core's lines are
+    also added to `labels`, by line number."""
+    shown = label_lines(plan.llm, plan.title, [s.text for s in chunk.segments], plan.record_id)
+    labels |= {first + i: mark for i, mark in enumerate(shown)
+               if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
+    return shown
+
+
+def write_labelled_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int,
+                         shown: list[dict], seed: int) -> tuple[str, list[dict]]:
     """The chunk's steps when the labels make them: a STEP line and the MORE lines after it, in
     the chunk's core; the model writes one instruction for each (`extract_steps_write.txt`). The
     steps come back marked `fixed_lines`: their lines are the labels', not moved by snapping."""
@@ -254,12 +336,12 @@ def write_labelled_steps(llm, config: ExtractConfig, title: str, chunk: Chunk, f
             if chunk.core_start <= chunk.segments[a].start < chunk.core_end]
     if not runs:  # nothing but talk here: no step to write
         return "", []
-    said = [" ".join(s.text for s in segments[a - 1:b]) for a, b in runs]
-    messages = config.write_template.render(title=title, steps="\n".join(
+    said = [" ".join(s.text for s in plan.segments[a - 1:b]) for a, b in runs]
+    messages = config.write_template.render(title=plan.title, steps="\n".join(
         f"Step {k} (lines {a}-{b}): {words}" for k, ((a, b), words) in enumerate(zip(runs, said), 1)))
-    reply = llm.chat(messages, schema=labelled_steps_schema(runs, said), max_tokens=config.max_new_tokens,
-                     seed=seed)
-    chunk_title, steps = parse_reply(reply.text, record_id)
+    reply = plan.llm.chat(messages, schema=labelled_steps_schema(runs, said), max_tokens=config.max_new_tokens,
+                          seed=seed)
+    chunk_title, steps = parse_reply(reply.text, plan.record_id)
     return chunk_title, [{**s, "fixed_lines": True} if isinstance(s, dict) else s for s in steps]
 
 
@@ -268,7 +350,7 @@ def screening(settings: LLMSettings) -> FilterConfig:
     """vi filter-instructional's config on the stage's own LLM (loaded once, shared), built the
     first time a record needs it: its start-up check would only repeat ExtractConfig's (for a
     server, one more request before any record)."""
-    return FilterConfig(model=settings.spec, n_ctx=settings.n_ctx, device=settings.device, seed=settings.seed,
+    return FilterConfig(llm=settings.spec, n_ctx=settings.n_ctx, device=settings.device, seed=settings.seed,
                         threads=settings.threads, concurrency=settings.concurrency)
 
 
@@ -286,84 +368,17 @@ def screen_record(record: dict, config: ExtractConfig, copied: str) -> dict:
     return verdict
 
 
-def extract(record: dict, config: ExtractConfig) -> dict:
-    verdict = record.get("instructional")
-    if isinstance(verdict, dict) and verdict.get("label") is False:  # costs no request
-        raise RecordError("not_instructional", f"record {record['id']}: vi filter-instructional labelled "
-                          f"it not instructional ({verdict.get('reason') or 'no reason given'}), so it has "
-                          "no steps to extract; vi filter-instructional --drop sets such records aside")
-    segments, indices = speech_lines(record)
-    if not segments:
-        raise RecordError("no_narration", f"record {record['id']}: the transcript has no speech "
-                          "(empty, or only music/noise captions); no steps to extract. "
-                          "vi filter-instructional --drop sets such videos aside")
-    title = str(record.get("title") or NO_TITLE)
-    llm = config.llm()
-    overhead = llm.count_message_tokens(config.template.render(title=title, transcript=""))
-    budget = min(llm.n_ctx, config.n_ctx) - overhead - config.max_new_tokens - SAFETY_TOKENS
-    if budget < 100:
-        raise RecordError("context_too_small", f"record {record['id']}: the prompt leaves "
-                          f"{budget} tokens for the transcript; raise --n-ctx or shorten --prompt")
-    number = {id(s): n for n, s in enumerate(segments, 1)}  # the line numbers the model cites
-    line_tokens = {id(s): llm.count_tokens(numbered_lines([s], number[id(s)])[0]) + 1
-                   for s in segments}
-    longest = max(line_tokens.values())
-    if longest > budget:
-        raise RecordError("context_too_small", f"record {record['id']}: one transcript segment is "
-                          f"{longest} tokens, more than the {budget} the prompt leaves in --n-ctx "
-                          f"{config.n_ctx}; raise --n-ctx (or re-run vi transcribe, which cuts "
-                          "segments at sentences)")
-    chunks = plan_chunks(segments, lambda s: line_tokens[id(s)], budget, config.overlap_s)
-    titles, raw, labels, notes = [], [], {}, []
-    for n, chunk in enumerate(chunks):
-        first = number[id(chunk.segments[0])]  # a chunk's lines are consecutive
-        if config.segmentation in ("labels", "filtered"):
-            shown = label_lines(llm, title, [s.text for s in chunk.segments], record["id"])
-            labels |= {first + i: mark for i, mark in enumerate(shown)
-                       if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
-        if config.segmentation == "filtered" and all(m["label"] == "TALK" for m in shown):
-            continue  # no step of this chunk could survive the filter: no request
-        seed = record_seed(config.seed, f"{record['id']}#{n}") % 2**32
-        if config.segmentation == "labels":
-            chunk_title, steps = write_labelled_steps(llm, config, title, chunk, first, shown, segments,
-                                                      seed, record["id"])
-        else:
-            messages = config.template.render(
-                title=title, transcript="\n".join(numbered_lines(chunk.segments, first)))
-            reply = llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
-                             max_tokens=config.max_new_tokens, seed=seed)
-            chunk_title, steps = parse_reply(reply.text, record["id"])
-            steps = [s for s in steps if owned_by(chunk, s, segments)]
-            if config.segmentation == "filtered":
-                copied, counted = copied_steps(steps, {first + i: m["label"] for i, m in enumerate(shown)},
-                                               [s.text for s in segments])
-                if counted and copied / counted > COPY_SHARE:
-                    if not isinstance(verdict, dict):  # not screened yet: is there a task at all?
-                        verdict = screen_record(record, config, f"{copied} of its {counted} steps")
-                    notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines "
-                                 "were narration lines copied word for word (it listed lines, not steps); "
-                                 "this chunk's steps are the labelled runs instead")
-                    chunk_title, steps = write_labelled_steps(llm, config, title, chunk, first, shown,
-                                                              segments, seed, record["id"])
-        titles.append(chunk_title)
-        raw += steps
+def refuse_all_talk(record_id: object, labels: dict[int, dict]) -> None:
     if labels and all(mark["label"] == "TALK" for mark in labels.values()):
-        raise RecordError("no_steps", f"record {record['id']}: every narration line was labelled "
+        raise RecordError("no_steps", f"record {record_id}: every narration line was labelled "
                           "TALK (a greeting, an aside, an opinion...): the video teaches no task. "
                           "vi filter-instructional sets such videos aside")
-    # The labels' lines are kept as they are; the model's own citations are moved onto the lines
-    # their words come from (snap_to_lines).
-    texts = [s.text for s in segments] if config.segmentation != "labels" else None
-    cited, repairs = cited_steps(raw, len(segments), texts)
-    repairs[:0] = notes
-    if config.segmentation == "filtered":
-        kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs)
-        if cited and not kept:
-            raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
-                              "labelled TALK (a greeting, an aside, an opinion...): the video teaches no "
-                              f"task ({'; '.join(repairs)}). vi filter-instructional sets such videos aside")
-        cited = kept
-    items = timed_steps(cited, segments, indices, video_duration(record, segments),
+
+
+def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: list[str],
+                 cited: list[tuple[int, int, str]], repairs: list[str], labels: dict[int, dict]) -> dict:
+    """The record's `steps`: the cited steps timed, or a no_steps error where none is usable."""
+    items = timed_steps(cited, plan.segments, plan.indices, video_duration(record, plan.segments),
                         config.tolerance_s, repairs)
     if not items:
         why = "; ".join(repairs) or ("it listed none: does the video teach a task? "
@@ -374,8 +389,99 @@ def extract(record: dict, config: ExtractConfig) -> dict:
     if labels:  # one label per transcript segment (null: not speech), for reading the steps
         line_labels: list[str | None] = [None] * len(transcript_segments(record))
         for line, mark in labels.items():
-            line_labels[indices[line - 1]] = mark["label"]
+            line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
-    return {"steps": {"title": next((t for t in titles if t), title), "items": items,
-                      "model": config.model, "segmentation": config.segmentation,
-                      "chunks": len(chunks), "repairs": repairs, **extra}}
+    return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
+                      "model": config.llm, "segmentation": config.segmentation,
+                      "chunks": len(plan.chunks), "repairs": repairs, **extra}}
+
+
+# --- one function per segmentation (see the module's docstring) ------------------------------------
+
+def model_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
+    """--segmentation model: the model's citations, moved onto the lines their words come from
+    (snap_to_lines) and checked; no label pass."""
+    titles, raw = [], []
+    for _, chunk, first, seed in plan.each_chunk(config.seed):
+        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed)
+        titles.append(chunk_title)
+        raw += steps
+    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts)
+    return steps_output(record, config, plan, titles, cited, repairs, {})
+
+
+def labelled_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
+    """--segmentation labels: the labels make the steps and the model writes one instruction for
+    each; the labels' lines are kept as they are (no snapping)."""
+    titles, raw, labels = [], [], {}
+    for _, chunk, first, seed in plan.each_chunk(config.seed):
+        shown = label_chunk(plan, chunk, first, labels)
+        chunk_title, steps = write_labelled_steps(plan, config, chunk, first, shown, seed)
+        titles.append(chunk_title)
+        raw += steps
+    refuse_all_talk(plan.record_id, labels)
+    cited, repairs = cited_steps(raw, len(plan.segments), None)
+    return steps_output(record, config, plan, titles, cited, repairs, labels)
+
+
+def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
+    """--segmentation filtered: the model's steps, those citing only TALK lines dropped; a chunk
+    whose steps mostly copy narration lines takes the labelled runs instead (asking
+    filter-instructional's question first where the record was not screened)."""
+    verdict = record.get("instructional")  # vi filter-instructional's, or the one screen_record asks
+    titles, raw, labels, notes = [], [], {}, []
+    for n, chunk, first, seed in plan.each_chunk(config.seed):
+        shown = label_chunk(plan, chunk, first, labels)
+        if all(m["label"] == "TALK" for m in shown):
+            continue  # no step of this chunk could survive the filter: no request
+        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed)
+        copied, counted = copied_steps(steps, {first + i: m["label"] for i, m in enumerate(shown)}, plan.texts)
+        if counted and copied / counted > COPY_SHARE:
+            if not isinstance(verdict, dict):  # not screened yet: is there a task at all?
+                verdict = screen_record(record, config, f"{copied} of its {counted} steps")
+            notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines "
+                         "were narration lines copied word for word (it listed lines, not steps); "
+                         "this chunk's steps are the labelled runs instead")
+            chunk_title, steps = write_labelled_steps(plan, config, chunk, first, shown, seed)
+        titles.append(chunk_title)
+        raw += steps
+    refuse_all_talk(plan.record_id, labels)
+    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts)
+    repairs[:0] = notes
+    kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs)
+    if cited and not kept:
+        raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
+                          "labelled TALK (a greeting, an aside, an opinion...): the video teaches no "
+                          f"task ({'; '.join(repairs)}). vi filter-instructional sets such videos aside")
+    return steps_output(record, config, plan, titles, kept, repairs, labels)
+
+
+STEPS_BY_SEGMENTATION = {"filtered": filtered_steps, "labels": labelled_steps, "model": model_steps}
+assert set(STEPS_BY_SEGMENTATION) == set(SEGMENTATIONS)  # ExtractConfig checks --segmentation against these
+
+
+def extract(record: dict, config: ExtractConfig) -> dict:
+    verdict = record.get("instructional")
+    if isinstance(verdict, dict) and verdict.get("label") is False:  # costs no request
+        raise RecordError("not_instructional", f"record {record['id']}: vi filter-instructional labelled "
+                          f"it not instructional ({verdict.get('reason') or 'no reason given'}), so it has "
+                          "no steps to extract; vi filter-instructional --drop sets such records aside")
+    return STEPS_BY_SEGMENTATION[config.segmentation](record, config, plan_record(record, config))
+
+
+EXTRACT_STEPS = RecordStage(
+    STAGE,
+    summary="WikiHow-style steps with start/end times from the transcript, by an LLM "
+            "(ShowHowTo).",
+    reads="[cyan]transcript[/cyan], and [cyan]title[/cyan], [cyan]duration[/cyan] and "
+          "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
+          "false is a not_instructional error record, at no model cost).",
+    writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
+           "chunks, repairs, line_labels}: each step cites the first and last transcript line that "
+           "state it and its times are those lines' ([cyan]lines[/cyan]: their indices in "
+           "transcript.segments); in temporal order; [cyan]line_labels[/cyan] gives each segment's "
+           "STEP/MORE/TALK label (null: not speech); [cyan]repairs[/cyan] lists what was fixed in "
+           "the model's reply.",
+    example="vi filter-instructional --drop --rejects no.jsonl -i t.jsonl | vi extract-steps | "
+            "vi align-frames",
+    config=ExtractConfig, fields=("steps",), process=extract)

@@ -13,11 +13,12 @@ without asking the model: there is no narration to mine steps from.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.core.models.chat import UsesLLM, check_llm
+from vi.core.models.chat import LLMConfig, check_llm
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_segments
@@ -34,19 +35,18 @@ ANSWER_SCHEMA = {
 }
 
 
-@dataclass(frozen=True)
-class FilterConfig(UsesLLM):
-    model: str = "qwen2.5-coder-1.5b"
-    prompt: Path | None = None  # None: the packaged prompt
-    max_chars: int = 1500  # of transcript text shown to the model
-    long_video_s: float = 400.0  # videos longer than this ...
-    long_extra_chars: int = 2000  # ... show this much more
-    n_ctx: int = 4096
-    device: str = "auto"
-    seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads
-    concurrency: int = 1  # requests in flight (server) or batch (transformers)
-    template: ChatPrompt = field(init=False, compare=False)
+@dataclass(frozen=True, kw_only=True)
+class FilterConfig(LLMConfig):
+    """The options of `vi filter-instructional` (the LLM's in LLMConfig), checked when built."""
+
+    prompt: Path | None = option(None, help=(  # None: the packaged prompt
+        "Your own prompt file (see the packaged prompt_templates/filter_instructional.txt "
+        "for the format); it must use ${title} and ${transcript}."))
+    max_chars: int = option(1500, help=(  # of transcript text shown to the model
+        "Transcript characters shown to the model (2,000 more for videos over 400 s)."))
+    long_video_s: float = internal(400.0)  # videos longer than this ...
+    long_extra_chars: int = internal(2000)  # ... show this much more
+    template: ChatPrompt = internal(init=False)
 
     def __post_init__(self) -> None:
         if self.max_chars < 100:
@@ -85,12 +85,12 @@ def classify(record: dict, config: FilterConfig) -> dict:
         return {"instructional": {"label": False, "model": None, "reason":
                 "no narration: the transcript is empty or holds only music/noise captions"}}
     title = str(record.get("title") or NO_TITLE)
-    llm = config.llm()
+    llm = config.load_llm()
     messages = config.template.render(title=title, transcript=excerpt)
     reply = llm.chat(messages, schema=ANSWER_SCHEMA, max_tokens=160,
                      seed=record_seed(config.seed, record["id"]) % 2**32)
     label, reason = parse_answer(reply.text, record["id"])
-    return {"instructional": {"label": label, "reason": reason, "model": config.model}}
+    return {"instructional": {"label": label, "reason": reason, "model": config.llm}}
 
 
 def is_rejected(record: dict) -> bool:

@@ -21,26 +21,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from vi.core.config import internal, option
 from vi.core.errors import RecordError
 from vi.core.records import Record
 from vi.core.seeding import record_seed
 from vi.pipelines.showhowto.export_writers import safe_key
 
 STAGE = "generate"
-
-
-@dataclass(frozen=True)
-class GenerateConfig:
-    model: Path
-    out: Path
-    steps: int = 50
-    text_guidance: float = 7.5
-    image_guidance: float = 1.0
-    eta: float = 0.0
-    device: str = "auto"
-    dtype: str = "auto"
-    seed: int = 0
-    jpeg_quality: int = 95
 
 
 def check_model(model: Path) -> Path:
@@ -55,8 +42,27 @@ def check_model(model: Path) -> Path:
         raise ModelNotAvailable(f"--model {model}: not a ShowHowTo generator (no {CONFIG}) nor a vi train showhowto "
                                 "run with a checkpoint; train one, build the tiny one (python -m "
                                 "vi.evaluation.showhowto.generator_tiny model DIR), or convert DynamiCrafter's "
-                                "weights (README)")
+                                "weights (docs/showhowto.md)")
     return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig:
+    """The options of `vi generate` (its inputs, -i, --prompt-file or --dataset, are the command's)."""
+
+    # From the command line, the checkpoint check_model finds: a bad --model fails before any record.
+    model: Path = option(parse=check_model, show_default=False, help=(
+        "A generator folder (showhowto.json + unet/ vae/ ...) or a vi train showhowto run (its newest checkpoint)."))
+    out: Path = option(file_okay=False, show_default=False, help="Folder for the images.")
+    steps: int = option(50, min=1, help="DDIM steps.")
+    text_guidance: float = option(7.5, help="Guidance scale of the prompts.")
+    image_guidance: float = option(1.0, help="Guidance scale of the scene image (1: as is).")
+    eta: float = option(0.0, min=0.0, help="DDIM's eta (0: deterministic given the initial noise).")
+    batch_size: int = option(4, min=1, help="Records per model call (records of one length are batched together).")
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+    jpeg_quality: int = internal(95)
 
 
 def dataset_records(root: Path, inputs: Path, size: int | None = None) -> list[Record]:

@@ -12,7 +12,7 @@ new and trained with the U-Net.
 
 DynamiCrafter's own checkpoints (lvdm format: `model.diffusion_model.*`, OpenCLIP text and image
 encoders, a 16-token resampler) use another temporal block than diffusers' UNet3DConditionModel, so
-their U-Net weights do not map one to one; see the README for what carries over.
+their U-Net weights do not map one to one; see docs/showhowto.md for what carries over.
 """
 
 from __future__ import annotations

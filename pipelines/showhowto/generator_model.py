@@ -170,7 +170,7 @@ def load_parts(folder: Path) -> Parts:
     folder = Path(folder)
     if not (folder / CONFIG).is_file():
         raise ValueError(f"{folder}: not a ShowHowTo generator ({CONFIG} missing); make one with "
-                         "`vi train showhowto` or see the README on converting DynamiCrafter's weights")
+                         "`vi train showhowto` or see docs/showhowto.md on converting DynamiCrafter's weights")
     config = GeneratorConfig.load(folder)
 
     def part(name: str) -> str:

@@ -15,84 +15,82 @@ several GPUs or nodes (DDP; every process draws the global batch and keeps its s
 `--cache-latents` runs the frozen encoders once per frame and prompt (VAE posterior, CLIP image
 embedding, CLIP text states) and keeps them in memory instead of at every step.
 
-Run folder: `base/` (the frozen parts, linked or copied once), `checkpoints/step-N/` (a model
-folder `vi generate` loads: unet/, image_proj/, showhowto.json naming ../../base; plus
-`training/` with the optimizer, scheduler, EMA and step), `log.jsonl`.
+The run folder, the log and the loop are `vi.core.training`'s. The run folder: `base/` (the frozen
+parts, linked or copied once), `checkpoints/step-N/` (a model folder `vi generate` loads: unet/,
+image_proj/, showhowto.json naming ../../base; plus `training/` with the optimizer, scheduler, EMA
+and step), `log.jsonl`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import random
-import shutil
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from vi.core.progress import log, make_progress, stderr
+from vi.core.config import option, with_default
+from vi.core.progress import stderr
 from vi.core.seeding import record_seed, seed_everything
-from vi.core.training import publish_checkpoint, trim_log
+from vi.core.training import (CHECKPOINTS, DATA, MODEL, OPTIM, RUN, STATE, RunConfig, TrainingLoop, claim_run,
+                              make_accelerator, mixed_precision_option, run_option)
+from vi.core.training import latest_checkpoint as latest_in_run
 from vi.pipelines.showhowto.generator import ShowHowToGenerator
 from vi.pipelines.showhowto.generator_data import DatasetSequence, read_dataset
 from vi.pipelines.showhowto.generator_model import CONFIG, FROZEN, TRAINED, load_parts, save_parts
 
-CHECKPOINTS, LOG, STATE, TRAINING = "checkpoints", "log.jsonl", "trainer_state.json", "training"
+TRAINING = "training"  # a checkpoint's training state, beside the model folder vi generate loads
 PROMPTS = ("per-frame", "joined")
 
 
-@dataclass
-class GeneratorTrainConfig:
-    output: Path
-    model: Path  # a generator folder (tiny, converted DynamiCrafter) or a checkpoint of one
-    data: list[Path] = field(default_factory=list)
-    val: list[Path] = field(default_factory=list)
-    val_fraction: float = 0.0
-    steps: int = 1000
-    batch_size: int = 4  # per process and micro step
-    grad_accum: int = 1
-    min_frames: int = 2
-    max_frames: int = 8  # ShowHowTo: training on <= 8 consecutive steps was best
-    lr: float = 1e-5
-    weight_decay: float = 1e-2
-    warmup_steps: int = 100
-    max_grad_norm: float = 1.0
-    drop_text: float = 0.05
-    drop_image: float = 0.05
-    ema: float = 0.0
-    prompts: str = "per-frame"
-    cache_latents: bool = False
-    eval_every: int = 100
-    save_every: int = 500
-    log_every: int = 10
-    keep_checkpoints: int = 3
-    resume: bool = False
-    overwrite: bool = False
-    gradient_checkpointing: bool = False
-    device: str = "auto"
-    seed: int = 0
-    quiet: bool = False
+@dataclass(kw_only=True)
+class GeneratorTrainConfig(RunConfig):
+    """The options of `vi train showhowto`."""
 
-    def as_json(self) -> dict:
-        return json.loads(json.dumps(asdict(self), default=str))
+    data: list[Path] = option(default_factory=list, flag="--data", exists=True, file_okay=False,
+                              help="A vi export showhowto folder (repeatable).", panel=DATA, show_default=False)
+    model: Path = option(exists=True, file_okay=False, help="The generator to start from: a model folder (docs/showhowto.md: "
+                         "converting DynamiCrafter) or a checkpoint.", panel=MODEL, show_default=False)
+    val: list[Path] = option(default_factory=list, flag="--val", exists=True, file_okay=False,
+                             help="A held-out dataset folder.", panel=DATA)
+    val_fraction: float = option(0.0, min=0.0, max=0.9, help="Hold out this fraction of the videos (a stable hash).",
+                                 panel=DATA)
+    min_frames: int = option(2, min=2, help="Shortest cut (the input frame and one step).", panel=DATA)
+    # ShowHowTo: training on <= 8 consecutive steps was best
+    max_frames: int = option(8, min=2, help="Longest cut.", panel=DATA)
+    prompts: str = option("per-frame", help="per-frame (each frame its own prompt, the paper's model) or joined "
+                          "(every frame the cut's prompts joined: the ablation).", panel=MODEL)
+    cache_latents: bool = option(False, flag="--cache-latents", help="Run the frozen encoders once per frame and "
+                                 "prompt and keep their outputs in memory.", panel=DATA)
+    steps: int = option(1000, min=1, help="Optimizer steps.", panel=OPTIM)
+    batch_size: int = option(4, min=1, help="Sequences per process and micro step.", panel=OPTIM)
+    lr: float = option(1e-5, min=0.0, help="AdamW learning rate (constant after warm-up).", panel=OPTIM)
+    weight_decay: float = with_default(RunConfig, "weight_decay", 1e-2)
+    warmup_steps: int = option(100, min=0, help="Linear warm-up steps.", panel=OPTIM)
+    drop_text: float = option(0.05, min=0.0, max=1.0, help="Probability of training without the prompts.",
+                              panel=OPTIM)
+    drop_image: float = option(0.05, min=0.0, max=1.0, help="Probability of training without the image.",
+                               panel=OPTIM)
+    ema: float = option(0.0, min=0.0, max=0.99999, help="EMA decay of the weights (0: off); checkpoints then hold "
+                        "the EMA weights.", panel=OPTIM)
+    gradient_checkpointing: bool = run_option("gradient_checkpointing", help="Recompute the U-Net's activations in "
+                                              "the backward pass: less memory.")
+    mixed_precision: str = mixed_precision_option(RUN)
+    seed: int = run_option("seed", help="Seed of the batches, the noise and the dropped conditions.")
 
-
-def check(config: GeneratorTrainConfig) -> None:
-    if not config.data:
-        raise ValueError("give at least one --data DIR (the --out folder of vi export showhowto)")
-    if not 2 <= config.min_frames <= config.max_frames:
-        raise ValueError(f"--min-frames {config.min_frames} --max-frames {config.max_frames}: need "
-                         "2 <= min <= max (frame 0 is the input image, so a sequence has a step)")
-    if config.prompts not in PROMPTS:
-        raise ValueError(f"--prompts must be one of {', '.join(PROMPTS)}, got {config.prompts!r}")
-    if not 0 <= config.ema < 1:
-        raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {config.ema}")
-    if config.resume and config.overwrite:
-        raise ValueError("--resume continues the run in --output and --overwrite replaces it: give one")
+    def check(self) -> None:
+        super().check()
+        if not self.data:
+            raise ValueError("give at least one --data DIR (the --out folder of vi export showhowto)")
+        if not 2 <= self.min_frames <= self.max_frames:
+            raise ValueError(f"--min-frames {self.min_frames} --max-frames {self.max_frames}: need "
+                             "2 <= min <= max (frame 0 is the input image, so a sequence has a step)")
+        if self.prompts not in PROMPTS:
+            raise ValueError(f"--prompts must be one of {', '.join(PROMPTS)}, got {self.prompts!r}")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {self.ema}")
 
 
 def split(sequences: list[DatasetSequence], fraction: float, seed: int) -> tuple[list, list]:
@@ -170,18 +168,27 @@ class Encoded:
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint of a run folder (or `folder` itself when it is a model folder)."""
     if (folder / CONFIG).is_file() and not (folder / CHECKPOINTS).is_dir():
         return folder
-    found = sorted(p for p in (folder / CHECKPOINTS).glob("step-*") if (p / TRAINING / STATE).is_file())
-    return found[-1] if found else None
+    return latest_in_run(folder, f"{TRAINING}/{STATE}")
 
 
-class Trainer:
+class Trainer(TrainingLoop):
+    """ShowHowTo's part of the loop: the U-Net and the image projection learn (`model`: the generator,
+    prepared by accelerate once `run_training` has), with batches, noise and dropped conditions drawn
+    from (seed, step); a checkpoint is a model folder plus `training/` (the loop's state, and with --ema
+    the raw weights and the EMA's)."""
+
+    name = "train showhowto"
+    state_folder = TRAINING
+
     def __init__(self, config: GeneratorTrainConfig, generator: ShowHowToGenerator, train: list[DatasetSequence],
                  val: list[DatasetSequence], accelerator):
         from transformers import get_constant_schedule_with_warmup
 
-        self.config, self.g, self.val, self.accelerator = config, generator, val, accelerator
+        super().__init__(config, accelerator)
+        self.g, self.model, self.val = generator, generator, val
         self.batches = Batches(train, config)
         self.encoded = Encoded(generator, config.cache_latents, generator.config.image_size)
         self.optimizer = torch.optim.AdamW(generator.trainable(), lr=config.lr, weight_decay=config.weight_decay)
@@ -191,9 +198,15 @@ class Trainer:
             from diffusers.training_utils import EMAModel
 
             self.ema = EMAModel(generator.trainable(), decay=config.ema)
-        self.step, self.window = 0, [0.0, 0]
-        self.log_path = config.output / LOG
         self.empty: dict[int, torch.Tensor] = {}  # k -> the empty prompts' states (the dropped text)
+
+    @property
+    def trained(self):
+        return self.model
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.config.batch_size * self.config.grad_accum * self.accelerator.num_processes
 
     def _empty(self, k: int) -> torch.Tensor:
         if k not in self.empty:
@@ -201,73 +214,50 @@ class Trainer:
         return self.empty[k]
 
     def _generator(self, *parts) -> torch.Generator:
-        return torch.Generator(device=self.g.device).manual_seed(record_seed(self.config.seed, ":".join(map(str, parts))))
+        seed = record_seed(self.config.seed, ":".join(map(str, parts)))
+        return torch.Generator(device=self.g.device).manual_seed(seed)
 
     # --- state ---------------------------------------------------------------------------------
 
-    def save(self) -> None:
-        self.accelerator.wait_for_everyone()
-        if not self.accelerator.is_main_process:
-            return
-        root = self.config.output / CHECKPOINTS
-        final = root / f"step-{self.step:07d}"
-        partial = root / f".{final.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        training = partial / TRAINING
-        training.mkdir(parents=True)
+    def save_model(self, folder: Path) -> None:
         parts = replace(self.g.parts, config=replace(self.g.config, base="../../base"))
-        if self.ema is not None:  # the model folder holds the EMA weights; training/ the raw ones to resume
-            torch.save(self._trainable_state(), training / "raw.pt")
-            torch.save(self.ema.state_dict(), training / "ema.pt")
-            with self._ema_weights():
-                save_parts(parts, partial, TRAINED)
-        else:
-            save_parts(parts, partial, TRAINED)
-        torch.save(self.optimizer.state_dict(), training / "optimizer.pt")
-        torch.save(self.scheduler.state_dict(), training / "scheduler.pt")
-        (training / STATE).write_text(json.dumps({"step": self.step, "window": self.window,
-                                                  "config": self.config.as_json()}, indent=1) + "\n")
-        publish_checkpoint(partial, final, self.config.keep_checkpoints)
+        if self.ema is None:
+            save_parts(parts, folder, TRAINED)
+            return
+        # the model folder holds the EMA weights; training/ the raw ones to resume
+        torch.save(self._trainable_state(), folder / TRAINING / "raw.pt")
+        torch.save(self.ema.state_dict(), folder / TRAINING / "ema.pt")
+        with self._ema_weights():
+            save_parts(parts, folder, TRAINED)
 
     def _trainable_state(self) -> dict:
         return {"unet": self.g.unet.state_dict(), "image_proj": self.g.image_proj.state_dict()}
 
+    @contextlib.contextmanager
     def _ema_weights(self):
-        ema, params = self.ema, self.g.trainable()
+        params = self.g.trainable()
+        self.ema.store(params)
+        self.ema.copy_to(params)
+        try:
+            yield
+        finally:
+            self.ema.restore(params)
 
-        class Swap:
-            def __enter__(self):
-                ema.store(params)
-                ema.copy_to(params)
-
-            def __exit__(self, *exc):
-                ema.restore(params)
-        return Swap()
-
-    def restore(self, checkpoint: Path) -> None:
+    def load_model(self, checkpoint: Path, state: dict) -> None:
+        """The weights came with the checkpoint's model folder (EMA ones with --ema: then the raw ones here)."""
         training = checkpoint / TRAINING
-        state = json.loads((training / STATE).read_text())
         if (training / "raw.pt").is_file():
             raw = torch.load(training / "raw.pt", map_location="cpu")
             self.g.unet.load_state_dict(raw["unet"])
             self.g.image_proj.load_state_dict(raw["image_proj"])
         if self.ema is not None and (training / "ema.pt").is_file():
             self.ema.load_state_dict(torch.load(training / "ema.pt", map_location="cpu"))
-        self.optimizer.load_state_dict(torch.load(training / "optimizer.pt", map_location="cpu"))
-        self.scheduler.load_state_dict(torch.load(training / "scheduler.pt", map_location="cpu"))
-        self.step, self.window = int(state["step"]), list(state.get("window", [0.0, 0]))
-        if self.accelerator.is_main_process:  # one run, one log
-            trim_log(self.log_path, self.step)
-
-    def write_log(self, entry: dict) -> None:
-        if self.accelerator.is_main_process:
-            with open(self.log_path, "a") as handle:
-                handle.write(json.dumps(entry) + "\n")
 
     # --- the work ------------------------------------------------------------------------------
 
-    def train_step(self, model) -> float:
-        world, rank, config = self.accelerator.num_processes, self.accelerator.process_index, self.config
+    def train_step(self) -> float:
+        world, rank, config, model = (self.accelerator.num_processes, self.accelerator.process_index, self.config,
+                                      self.model)
         losses = []
         for micro in range(config.grad_accum):
             sequences, starts, k = self.batches.draw(self.step, micro, config.batch_size * world)
@@ -292,13 +282,11 @@ class Trainer:
         self.step += 1
         return float(self.accelerator.reduce(torch.stack(losses).mean(), "mean"))
 
-    @torch.no_grad()
-    def held_out_loss(self, model) -> float | None:
+    def held_out(self) -> tuple[float, dict] | None:
         """The loss over the held-out sequences (their first max-frames frames), with noise and timesteps
         fixed per sequence: the same draw at every evaluation, so the curve compares."""
         if not self.val:
             return None
-        model.eval()
         total = torch.zeros(2, device=self.g.device)
         for sequence in self.val[self.accelerator.process_index::self.accelerator.num_processes]:
             k = min(len(sequence.prompts), self.config.max_frames)
@@ -306,79 +294,23 @@ class Trainer:
             latents, embeds, text = self.encoded.batch([sequence], [0], k, self.config.prompts == "joined", noise)
             no = torch.zeros(1, dtype=torch.bool, device=latents.device)
             with self.accelerator.autocast():
-                loss = model(latents, embeds, text, self._empty(k), no, no, noise)
+                loss = self.model(latents, embeds, text, self._empty(k), no, no, noise)
             total += torch.stack([loss.float(), torch.ones((), device=total.device)])
         total = self.accelerator.reduce(total, "sum")
-        model.train()
-        return float(total[0] / total[1])
-
-    def run(self, model) -> dict:
-        config = self.config
-        if self.step == 0:
-            self._evaluate(model)
-        model.train()
-        started, timed = time.perf_counter(), 0
-        with make_progress(config.quiet or not self.accelerator.is_main_process) as progress:
-            bar = progress.add_task("train showhowto", total=config.steps, completed=self.step)
-            while self.step < config.steps:
-                loss = self.train_step(model)
-                if not math.isfinite(loss):
-                    raise RuntimeError(f"step {self.step}: the training loss is {loss}; lower --lr")
-                self.window = [self.window[0] + loss, self.window[1] + 1]
-                timed += 1
-                progress.update(bar, advance=1, description=f"train showhowto loss {loss:.4f}")
-                if self.step % config.log_every == 0 or self.step == config.steps:
-                    seconds = time.perf_counter() - started
-                    samples = config.batch_size * config.grad_accum * self.accelerator.num_processes
-                    self.write_log({"split": "train", "step": self.step,
-                                    "loss": round(self.window[0] / self.window[1], 6),
-                                    "lr": self.scheduler.get_last_lr()[0],
-                                    "samples_per_s": round(timed * samples / seconds, 3)})
-                    started, timed, self.window = time.perf_counter(), 0, [0.0, 0]
-                if self.step % config.eval_every == 0 or self.step == config.steps:
-                    self._evaluate(model)
-                if self.step % config.save_every == 0 or self.step == config.steps:
-                    self.save()
-        return {"step": self.step, "output": str(config.output),
-                "checkpoint": str(latest_checkpoint(config.output))}
-
-    def _evaluate(self, model) -> None:
-        loss = self.held_out_loss(model)
-        if loss is not None:
-            self.write_log({"split": "val", "step": self.step, "loss": round(loss, 6), "sequences": len(self.val)})
-            if self.accelerator.is_main_process:
-                stderr.print(f"vi train showhowto: step {self.step}: held-out loss {loss:.4f}", highlight=False)
+        return float(total[0] / total[1]), {"sequences": len(self.val)}
 
 
-def _claim_output(config: GeneratorTrainConfig, main: bool) -> Path | None:
-    """A run folder holds one run: continued (--resume, returns its checkpoint) or replaced (--overwrite)."""
-    earlier = (config.output / LOG).is_file() or any((config.output / CHECKPOINTS).glob("step-*"))
-    if earlier and not (config.resume or config.overwrite):
-        raise ValueError(f"{config.output} holds an earlier run: give --resume to continue it or --overwrite to "
-                         "start again")
-    if earlier and config.overwrite and main:
-        for name in (CHECKPOINTS, "base"):
-            shutil.rmtree(config.output / name, ignore_errors=True)
-        (config.output / LOG).unlink(missing_ok=True)
-    config.output.mkdir(parents=True, exist_ok=True)
-    checkpoint = latest_checkpoint(config.output) if config.resume else None
-    if config.resume and checkpoint is None:
-        log.warning("--resume: no checkpoint in %s yet; starting from step 0", config.output)
-    return checkpoint
-
-
-def run_training(config: GeneratorTrainConfig, mixed_precision: str = "auto") -> dict:
+def run_training(config: GeneratorTrainConfig) -> dict:
     """Read the datasets, build the generator, and train (what `vi train showhowto` does)."""
-    from vi.core.training import make_accelerator
-
-    check(config)
+    config.check()
     sequences = [s for root in config.data for s in read_dataset(root)]
     train, val = split(sequences, config.val_fraction, config.seed)
     val += [s for root in config.val for s in read_dataset(root)]
     if not train:
         raise ValueError("every training sequence is held out: lower --val-fraction")
-    accelerator = make_accelerator(config.device, mixed_precision)
-    checkpoint = _claim_output(config, accelerator.is_main_process)
+    accelerator = make_accelerator(config.device, config.mixed_precision)
+    checkpoint = claim_run(config, accelerator.is_main_process, complete=f"{TRAINING}/{STATE}",
+                           also_remove=("base",))
     accelerator.wait_for_everyone()
     seed_everything(config.seed)
     torch.manual_seed(config.seed)
@@ -400,5 +332,5 @@ def run_training(config: GeneratorTrainConfig, mixed_precision: str = "auto") ->
                  f"{accelerator.num_processes} process(es) on {accelerator.device}, precision "
                  f"{accelerator.mixed_precision}; model {source} ({parts.config.note or 'no note'})", highlight=False)
     # The scheduler stays unprepared: accelerate would step it once per process.
-    model, trainer.optimizer = accelerator.prepare(generator, trainer.optimizer)
-    return trainer.run(model)
+    trainer.model, trainer.optimizer = accelerator.prepare(generator, trainer.optimizer)
+    return trainer.run()

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from vi.core.config import option
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.features import INFO_FILE, FeatureStore, differing_keys, read_info
@@ -186,15 +187,27 @@ class ClipFeatures:
 
 # --- the stage ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+GENERATION_PANEL = "Generation"
+
+
+@dataclass(frozen=True, kw_only=True)
 class AskConfig:
-    checkpoint: Path
-    features: tuple[Path, ...] = ()
-    max_new_tokens: int = 64
-    sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed_text: str = ""
+    """The options of `vi ask`, checked when the Asker is built (before any record)."""
+
+    checkpoint: Path = option(exists=True, file_okay=False, show_default=False, help=(
+        "A run folder of vi train stepdiff (its newest checkpoint is used) or one checkpoints/step-N folder."))
+    features: tuple[Path, ...] = option((), metavar="DIR", exists=True, file_okay=False, help=(
+        "A feature store (vi encode-videos --store) to look clip ids up in; repeatable. Its encoder must be "
+        "the one the checkpoint was trained on."))
+    max_new_tokens: int = option(64, min=1, panel=GENERATION_PANEL, help="Longest answer, in tokens.")
+    sample: bool = option(False, flag="--sample/--greedy", panel=GENERATION_PANEL, help=(
+        "Sample the answer (seeded per record from --seed and its id), or take the likeliest token each time."))
+    temperature: float = option(1.0, panel=GENERATION_PANEL, help="Sampling temperature (with --sample).")
+    top_p: float = option(1.0, panel=GENERATION_PANEL, help=(
+        "Nucleus sampling: keep the likeliest tokens up to this probability (with --sample)."))
+    seed_text: str = option("", panel=GENERATION_PANEL, help=(
+        "Text every answer starts with, for the model to continue (a record's own seed field wins), "
+        "e.g. \"In Video 2,\"."))
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
@@ -209,7 +222,7 @@ class Asker:
 
         if config.max_new_tokens < 1:
             raise ValueError(f"--max-new-tokens must be at least 1, got {config.max_new_tokens}")
-        if not config.sample and (config.temperature != 1.0 or config.top_p != 1.0):
+        if not config.sample and (config.temperature, config.top_p) != (AskConfig.temperature, AskConfig.top_p):
             raise ValueError("--temperature and --top-p shape sampling: give them with --sample")
         if config.temperature <= 0:
             raise ValueError(f"--temperature must be above 0, got {config.temperature}")

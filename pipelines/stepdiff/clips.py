@@ -24,10 +24,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vi.core import media
+from vi.core.config import option
 from vi.core.errors import RecordError
 from vi.core.records import (
     REJECTED, Record, content_id, finite_number, has_errors, invalid_line_record, loads, with_error)
@@ -40,6 +42,49 @@ BENCHMARK_FIELDS = ("reference", "candidate", "targets", "options", "answer")
 SEGMENT_COLUMNS = {"video": ("video_id", "youtube_id", "video-id"), "start": ("start", "start_time", "t-start"),
                    "end": ("end", "end_time", "t-end"), "step": ("step", "keystep", "label")}
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
+TIME_TOLERANCE_S = 0.5  # a clip may end this far after its video: time stamps and files disagree slightly
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClipsConfig:
+    """The options of `vi clips`, checked when built (a bad one fails before any record): where the
+    clips come from, and how far past its video's end a clip may reach."""
+
+    from_benchmark: tuple[Path, ...] = option(
+        (), flag="--from-benchmark", metavar="FILE",
+        help="A StepDiff benchmark JSONL (repeatable): every distinct clip id in reference, candidate, targets, "
+             "options and answer.")
+    from_segments: Path | None = option(None, flag="--from-segments", metavar="FILE", help=(
+        "An HT-Step-style segment file (.csv, .tsv, .json list or .jsonl): one clip per row."))
+    video_root: Path | None = option(None, help=(
+        "Folder holding <youtube_id>.mp4 (or another video extension) for --from-benchmark and --from-segments."))
+    keysteps: Path | None = option(None, metavar="FILE", help=(
+        "With --from-benchmark: a segment file whose rows name the keystep of benchmark clips with the same "
+        "video and times (to the millisecond)."))
+    transcripts: Path | None = option(
+        None, metavar="FILE", exists=True, dir_okay=False,
+        help="With --from-benchmark or --from-segments: vi transcribe records (JSONL) of the videos; each clip "
+             "gets the narration spoken during it. A record matches a video id by its id or its video's file name.")
+    tolerance: float = option(TIME_TOLERANCE_S, help=(
+        "Seconds a clip may end after its video's end (time stamps and files disagree slightly)."))
+
+    def __post_init__(self) -> None:
+        if self.from_benchmark and self.from_segments is not None:
+            raise ValueError("give --from-benchmark or --from-segments, not both")
+        if self.keysteps is not None and not self.from_benchmark:
+            raise ValueError("--keysteps names the keysteps of --from-benchmark clips; use it with --from-benchmark")
+        if self.transcripts is not None and not self.annotated:
+            raise ValueError("--transcripts gives narration to --from-benchmark or --from-segments clips; records "
+                             "of vi extract-steps carry their own transcript")
+        if self.tolerance < 0:
+            raise ValueError("--tolerance must not be negative")
+        if self.annotated and (self.video_root is None or not self.video_root.is_dir()):
+            raise ValueError(f"--video-root must be a folder of <youtube_id>.mp4 files (got {self.video_root})")
+
+    @property
+    def annotated(self) -> bool:
+        """The clips come from a benchmark or segment file, not from vi extract-steps records."""
+        return bool(self.from_benchmark) or self.from_segments is not None
 
 
 def rejected(record: Record, kind: str, message: str) -> Record:

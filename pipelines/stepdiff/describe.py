@@ -28,14 +28,19 @@ from pathlib import Path
 import numpy as np
 from vi.core.records import finite_number
 from vi.core import media
-from vi.core.devices import Placement, resolve_placement
+from vi.core.config import internal, option, with_default
+from vi.core.devices import Placement, passive_openmp, resolve_placement
 from vi.core.errors import ModelNotAvailable, RecordError
 from vi.core.models import vision, vlm
-from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
+from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER, DEFAULT_LLM
+from vi.core.models.chat import LLM_HELP, LLM_PANEL, ChatBackend, LLMConfig, check_llm
+from vi.core.models.resolve import resolve
+from vi.core.models.vlm import KNOWN_DETECTORS, KNOWN_VLMS  # by name: `vlm` is also a field below
 from vi.core.progress import log
 from vi.core.seeding import record_seed
+from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
-from vi.pipelines.stepdiff.clips import VideoLengths
+from vi.pipelines.stepdiff.clips import TIME_TOLERANCE_S, VideoLengths
 from vi.pipelines.common.frame_scorers import IMAGENET_RESIZE, LABEL_SCORER, TOP_K, fit, label_names, to_tensor
 
 STAGE = "describe"
@@ -45,43 +50,52 @@ OBJECTS_PROMPT = ("Give a very short list of all objects that are visible and th
 IMAGENET_OBJECTS = f"{LABEL_SCORER}:{vision.IMAGENET_ARCH}"
 NOT_AVAILABLE = "(not available)"
 NONE, AUTO = "none", "auto"
-TIME_TOLERANCE_S = 0.5  # a clip may end this far after its video (as vi clips allows): time stamps round
 MAX_OBJECTS = 20  # lines of an object list that are grounded; a model that loops writes hundreds
 MAX_NAME_CHARS = 60
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d+[.)]|[a-z][.)](?=\s))\s*")
 
 
-@dataclass(frozen=True)
-class DescribeConfig(UsesLLM):
+@dataclass(frozen=True, kw_only=True)
+class DescribeConfig(LLMConfig):
     """The options of `vi describe`, checked when built: a bad one fails before any record (exit 2), a
     missing model too (exit 5). The models load on the first record that needs them."""
 
-    LLM_FIELD = "llm_model"  # describe names its LLM --llm, beside --vlm
-
-    vlm: str = AUTO
-    detector: str = AUTO
-    llm_model: str = "qwen2.5-coder-1.5b"
-    prompt: Path | None = None
-    num_frames: int = 8
-    max_new_tokens: int = 128  # of each VLM reply
-    step_max_tokens: int = 96  # of the consolidated sentence
-    n_ctx: int = 2048
-    min_score: float = 0.0
-    box_threshold: float | None = None
-    top_k: int = TOP_K
-    device: str = "auto"
+    vlm: str = option(AUTO, help=(
+        "Vision-language model for the action caption (8 frames) and the object list (centre frame): "
+        "a local folder or a hub id in the local cache that transformers' AutoModelForImageTextToText "
+        f"loads (LLaVA-OneVision, Qwen2-VL, ...); auto: the first cached of {', '.join(KNOWN_VLMS)}; "
+        "none: no action caption, objects from EfficientNet-Lite0's ImageNet labels (offline)."))
+    detector: str = option(AUTO, help=(
+        "Zero-shot detector that checks the objects the VLM lists (OWL-ViT, OWLv2, Grounding DINO): a "
+        f"folder or a cached hub id; auto: the first cached of {', '.join(KNOWN_DETECTORS)}, else none; "
+        "none: keep the listed objects unchecked."))
+    # --model would be ambiguous beside --vlm: describe's LLM is --llm only, without LLMConfig's old spelling
+    llm: str = option(DEFAULT_LLM, flag="--llm", panel=LLM_PANEL, help=LLM_HELP)
+    prompt: Path | None = option(None, help=(
+        "Your own consolidation prompt (see the packaged prompt_templates/describe_consolidate.txt); it "
+        "must use ${narration}, ${action_caption} and ${object_caption}."))
+    num_frames: int = option(8, help="Frames the VLM sees for the action caption, sampled uniformly inside the clip.")
+    max_new_tokens: int = option(128, help="Longest VLM reply, in tokens.")  # of each VLM reply
+    min_score: float = option(0.0, help=(
+        "A listed object is kept when its detector score is above this. The score is the probability "
+        "of the object's best box, or 0 where no box reaches --box-threshold; offline, it is the "
+        "ImageNet class probability."))
+    box_threshold: float | None = option(None, help=(
+        "Box probability from which the detector counts a box (default: the detector's own "
+        "post-processing default, 0.1 for OWL-ViT/OWLv2, 0.25 for Grounding DINO)."))
+    top_k: int = option(TOP_K, help="ImageNet classes listed as objects, offline.")
+    step_max_tokens: int = option(96, help="Longest description, in tokens.")  # of the consolidated sentence
+    n_ctx: int = with_default(LLMConfig, "n_ctx", 2048)
     dtype: str = "auto"
-    seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads
-    concurrency: int = 1  # requests in flight (server) or batch (transformers)
-    placement: Placement = field(init=False, compare=False)
-    vlm_files: vlm.HFModelFiles | None = field(init=False, compare=False)
-    detector_files: vlm.HFModelFiles | None = field(init=False, compare=False)
-    classifier: Path | None = field(init=False, compare=False)
-    template: ChatPrompt = field(init=False, compare=False)
-    lengths: VideoLengths = field(init=False, compare=False, repr=False)
+    placement: Placement = internal(init=False)
+    vlm_files: vlm.HFModelFiles | None = internal(init=False)
+    detector_files: vlm.HFModelFiles | None = internal(init=False)
+    classifier: Path | None = internal(init=False)
+    template: ChatPrompt = internal(init=False)
+    lengths: VideoLengths = field(init=False, compare=False, repr=False)  # not an option: init=False
 
     def __post_init__(self) -> None:
+        passive_openmp()  # torch (EfficientNet, the VLM, the detector) and llama.cpp share this process
         if self.num_frames < 1 or self.max_new_tokens < 1 or self.top_k < 1:
             raise ValueError("--num-frames, --max-new-tokens and --top-k must be at least 1")
         if self.step_max_tokens < 16 or self.step_max_tokens >= self.n_ctx // 2:
@@ -96,7 +110,7 @@ class DescribeConfig(UsesLLM):
                                     needs=("narration", "action_caption", "object_caption")),
             "vlm_files": chosen_vlm,
             "detector_files": choose_detector(self.detector, self.vlm, chosen_vlm),
-            "classifier": vision.locate_imagenet_classifier() if chosen_vlm is None else None,
+            "classifier": resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier") if chosen_vlm is None else None,
             "lengths": VideoLengths(),
         }
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
@@ -107,9 +121,9 @@ class DescribeConfig(UsesLLM):
     def sources(self) -> dict[str, str | None]:
         """What each part of a description comes from, as written to `description.sources`."""
         if self.vlm_files is None:
-            return {"action": None, "objects": IMAGENET_OBJECTS, "step": self.llm_model}
+            return {"action": None, "objects": IMAGENET_OBJECTS, "step": self.llm}
         objects = self.vlm_files.label + (f"+{self.detector_files.label}" if self.detector_files else "")
-        return {"action": self.vlm_files.label, "objects": objects, "step": self.llm_model}
+        return {"action": self.vlm_files.label, "objects": objects, "step": self.llm}
 
     def load_vlm(self) -> vlm.VisionLanguageModel:
         return vlm.load_vlm(self.vlm_files, self.placement)
@@ -125,7 +139,7 @@ def choose_vlm(ref: str) -> vlm.HFModelFiles | None:
     if ref == NONE:
         return None
     if ref != AUTO:
-        return vlm.locate_vlm(ref)
+        return resolve(ref, "vlm")
     found = vlm.cached_vlm()
     if found is None:
         log.info("describe: --vlm auto found no vision-language model in the local hub cache, so there is no "
@@ -148,7 +162,7 @@ def choose_detector(ref: str, vlm_ref: str, vlm_files: vlm.HFModelFiles | None) 
         raise ModelNotAvailable(f"--detector {ref} needs a vision-language model, and --vlm auto found none in "
                                 f"the local hub cache; on a connected machine run `hf download {vlm.KNOWN_VLMS[0]}`")
     if ref != AUTO:
-        return vlm.locate_detector(ref)
+        return resolve(ref, "detector")
     found = vlm.cached_detector()
     if found is None:
         log.info("describe: --detector auto found no zero-shot detector in the local hub cache, so the objects "
@@ -273,7 +287,7 @@ def consolidate(llm: ChatBackend, config: DescribeConfig, record_id: object, nar
                      seed=record_seed(config.seed, record_id) % 2**32)
     step = " ".join(reply.text.split()).strip("\"'")
     if not step:
-        raise RecordError("llm_output_invalid", f"clip {record_id}: the LLM {config.llm_model} gave an empty "
+        raise RecordError("llm_output_invalid", f"clip {record_id}: the LLM {config.llm} gave an empty "
                           "description")
     return step
 
@@ -302,6 +316,21 @@ def describe(record: dict, config: DescribeConfig) -> dict:
         raise RecordError("nothing_to_describe", f"clip {record['id']}: no narration, no action caption and no "
                           "object found on its centre frame; nothing to describe")
     shown = object_caption(objects, with_probability=config.vlm_files is None) or None
-    step = consolidate(config.llm(), config, record["id"], narration, action, shown)
+    step = consolidate(config.load_llm(), config, record["id"], narration, action, shown)
     return {"description": {"action": action, "objects": objects, "narration": narration, "step": step,
                             "sources": config.sources}}
+
+
+DESCRIBE = RecordStage(
+    STAGE,
+    summary="A one-sentence description of each clip from its narration, an action caption and the objects "
+            "on its centre frame, consolidated by an LLM (StepDiff).",
+    reads="clip records (vi clips): [cyan]video[/cyan], [cyan]start[/cyan], [cyan]end[/cyan], and "
+          "[cyan]narration[/cyan] and [cyan]video_duration[/cyan] when present.",
+    writes="[cyan]description[/cyan] = {action, objects: [{name, attributes, score}], narration, step, "
+           "sources: {action, objects, step}}: [cyan]step[/cyan] is the sentence (what vi pair-qa reads); "
+           "[cyan]sources[/cyan] names the model behind each part (action null without a VLM; objects "
+           f"\"{IMAGENET_OBJECTS}\" offline, else \"VLM+DETECTOR\"). A clip without a readable video, or "
+           "with times outside it, is an error record.",
+    example="vi clips -i steps.jsonl | vi describe | vi pair | vi pair-qa -o qa.jsonl",
+    config=DescribeConfig, fields=("description",), process=describe)

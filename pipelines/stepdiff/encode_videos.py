@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core import media
+from vi.core.config import internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
+from vi.core.models.catalog import DEFAULT_VIDEO_ENCODER
+from vi.core.models.resolve import resolve
 from vi.core.records import finite_number
 from vi.pipelines.stepdiff import video_encoder as ve
 from vi.pipelines.stepdiff.describe import clip_span
@@ -31,23 +34,32 @@ DECODE_THREADS = usable_cpus()
 PROBE_CACHE = 4096  # videos whose size and length are remembered: clips of one video arrive together
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EncodeConfig:
     """The options of `vi encode-videos`, checked when built: a bad value fails before any record (exit
     2), a missing model or a store of another encoder too (exit 5). The model loads on first use."""
 
-    store: Path
-    encoder: str = ve.DEFAULT_ENCODER
-    clip_arch: str | None = None
-    frames: int = 8
-    chunk_size: int = 64
-    batch_size: int = 64
-    store_dtype: str = "float16"
-    overwrite_features: bool = False
+    store: Path = option(help=(
+        "Feature store folder (made where absent): encoder.json and chunk-*.safetensors. Several runs "
+        "and Slurm array ranks may share one, if they use the same encoder and --frames."))
+    encoder: str = option(DEFAULT_VIDEO_ENCODER, help=(
+        "open_clip:REF (a CLIP alias from `vi models`, a folder, a checkpoint with --clip-arch, "
+        "hf-hub:org/name or NAME:TAG): a ViT's patch tokens per frame; efficientnet-lite0: its 7x7 "
+        "feature map per frame (embedded, offline); hf:FOLDER_OR_HUB_ID: a transformers video model "
+        "(VideoMAE, TimeSformer, ViViT), its last_hidden_state over the whole clip."))
+    clip_arch: str | None = option(None, help=(
+        "With --encoder open_clip:CHECKPOINT_FILE: its open_clip architecture name or model config .json."))
+    frames: int = option(8, help="Frames per clip, sampled uniformly inside it.")
+    chunk_size: int = option(64, help=(
+        "Clips per store chunk: each chunk is written (atomically) before its records go out."))
+    batch_size: int = option(64, help="Frames per forward pass of the encoder.")
+    store_dtype: str = option("float16", help="Number format of the stored tokens: float16, bfloat16 or float32.")
+    overwrite_features: bool = option(False, flag="--overwrite-features", help=(
+        "Encode clips the store already has again (the new chunk's copy is the one read)."))
     device: str = "auto"
     dtype: str = "auto"
-    spec: ve.EncoderSpec = field(init=False, compare=False)
-    placement: Placement = field(init=False, compare=False)
+    spec: ve.EncoderSpec = internal(init=False)
+    placement: Placement = internal(init=False)
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1 or self.batch_size < 1:
@@ -57,7 +69,8 @@ class EncodeConfig:
         if self.store.exists() and not self.store.is_dir():
             raise ValueError(f"--store {self.store} is a file; give a folder (made where absent)")
         object.__setattr__(self, "placement", resolve_placement(self.device, self.dtype, engine="torch"))
-        object.__setattr__(self, "spec", ve.resolve_video_encoder(self.encoder, self.clip_arch, self.frames))
+        object.__setattr__(self, "spec", resolve(self.encoder, "video-encoder", clip_arch=self.clip_arch,
+                                                  frames=self.frames))
         check_info(self.store, self.spec.identity)  # another encoder's store: refused before any record
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 from vi.core.devices import Placement
-from vi.core.models.causal_lm import CausalLM, load_causal_lm, resolve_causal_lm
+from vi.core.models.causal_lm import CausalLM, load_causal_lm
 from vi.core.models.perceiver import PerceiverResampler, ProjectorConfig
+from vi.core.models.resolve import resolve
 from vi.pipelines.stepdiff.prompt import IGNORE, PromptFormat, Sequence
 
 CONFIG_FILE, WEIGHTS_FILE = "model.json", "projector.safetensors"
@@ -52,7 +53,7 @@ class StepDiffModel:
     @classmethod
     def build(cls, llm_ref: str, encoder: dict, placement: Placement, template: str = "auto",
               **projector_options) -> StepDiffModel:
-        llm = load_causal_lm(resolve_causal_lm(llm_ref), placement)
+        llm = load_causal_lm(resolve(llm_ref, "causal-lm"), placement)
         resolved = PromptFormat(llm.tokenizer, template).template
         frames = int(encoder.get("frames_out") or encoder.get("frames") or 1)
         projector_options.setdefault("max_frames", max(ProjectorConfig.max_frames, frames))
@@ -66,7 +67,7 @@ class StepDiffModel:
         from safetensors.torch import load_file
 
         config = ModelConfig.load(folder)
-        llm = load_causal_lm(resolve_causal_lm(config.llm), placement)
+        llm = load_causal_lm(resolve(config.llm, "causal-lm"), placement)
         projector = PerceiverResampler(ProjectorConfig(**config.projector))
         projector.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
         projector.to(placement.device).eval()

@@ -36,14 +36,18 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Optional
 
+from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.core.models.chat import ChatBackend, UsesLLM, check_llm
+from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.models.llm import ChatReply
 from vi.core.seeding import record_seed
+from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 STAGE = "pair-qa"
@@ -242,22 +246,59 @@ def clip_text(clip: dict, keystep: str) -> tuple[str, str]:
     return f"Step: {keystep}.", "keystep"
 
 
-@dataclass(frozen=True)
-class PairQAConfig(UsesLLM):
-    model: str = "qwen2.5-coder-1.5b"
-    types: tuple[int, ...] = QA_TYPES
-    prompts: tuple[tuple[int, Path], ...] = ()  # (type, prompt file) replacing packaged prompts
-    n_ctx: int = 4096
-    max_new_tokens: int = 384
-    temperature: float = 0.0  # greedy; above 0, sampled with a seed per record
-    max_answer_words: int = 30
-    device: str = "auto"
-    seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads
-    concurrency: int = 1  # requests in flight (server) or batch (transformers)
-    templates: dict[int, ChatPrompt] = field(init=False, compare=False)
+def parse_types(text: str) -> tuple[int, ...]:
+    """--types "1,2,3" as (1, 2, 3)."""
+    try:
+        return tuple(int(t) for t in text.replace(" ", "").split(",") if t)
+    except ValueError:
+        raise ValueError(f"--types must list prompt types among 1, 2, 3, like 1,2,3; got {text!r}") from None
+
+
+def prompt_overrides(specs: Iterable[str | tuple[int, Path]], types: tuple[int, ...]) -> tuple[tuple[int, Path], ...]:
+    """--prompt values as (type, file): "2=FILE", or a bare FILE when --types names one type (a
+    (type, file) pair is kept as it is)."""
+    out: dict[int, Path] = {}
+    for spec in specs:
+        if isinstance(spec, tuple):
+            out[spec[0]] = Path(spec[1])
+            continue
+        typed = re.fullmatch(r"([123])=(.+)", spec)
+        if typed:
+            out[int(typed.group(1))] = Path(typed.group(2))
+        elif len(types) == 1:
+            out[types[0]] = Path(spec)
+        else:
+            raise ValueError(f"--prompt {spec}: say which prompt type it replaces, like --prompt 2={spec}")
+    return tuple(out.items())
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairQAConfig(LLMConfig):
+    """The options of `vi pair-qa`, checked when built: a bad one fails before any record (exit 2), a
+    missing model or a server that does not answer too (exit 5)."""
+
+    types: tuple[int, ...] = option(
+        QA_TYPES, cli_type=str, cli_default=",".join(map(str, QA_TYPES)), parse=parse_types,
+        help="Prompt types to ask, comma-separated: 1 differences, 2 \"Which video ...?\", 3 same main action "
+             "(YES/NO). One LLM call per type and pair.")
+    # (type, prompt file) replacing packaged prompts; given as the command line's specs ("2=FILE",
+    # or FILE), made pairs when built since a bare FILE needs `types`
+    prompts: tuple[tuple[int, Path], ...] = option(
+        (), flag="--prompt", metavar="[TYPE=]FILE", cli_type=Optional[list[str]], parse=lambda specs: tuple(specs or ()),
+        help="Your own prompt for a type, as TYPE=FILE (repeat for several types; a bare FILE when --types names "
+             "one type). See the packaged prompt_templates/pair_qa_*.txt for the format; it must use ${d1} and "
+             "${d2}.")
+    max_new_tokens: int = option(384, help=(
+        f"Longest reply, in tokens (type 3 at most {YES_NO_MAX_TOKENS}). The last QA of a reply cut off here is "
+        "dropped as truncated."))
+    temperature: float = option(0.0, help="0 decodes greedily; above 0 samples, seeded per record from --seed and "
+                                          "its id.")
+    max_answer_words: int = option(30, help=(
+        "Type 1 answers longer than this are dropped as too_long (the prompt asks for short answers)."))
+    templates: dict[int, ChatPrompt] = internal(init=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "prompts", prompt_overrides(self.prompts, self.types))
         if not self.types or not set(self.types) <= set(QA_TYPES) or len(set(self.types)) != len(self.types):
             raise ValueError(f"--types must list prompt types among 1, 2, 3 once each, like 1,2,3; got {self.types}")
         overrides = dict(self.prompts)
@@ -312,7 +353,7 @@ def ask(llm: ChatBackend, config: PairQAConfig, qa_type: int, d1: str, d2: str, 
 
 def pair_qa(record: dict, config: PairQAConfig) -> dict:
     d1, d2, sources = pair_texts(record)
-    llm = config.llm()
+    llm = config.load_llm()
     offered: list[QA] = []
     for qa_type in config.types:
         offered += ask(llm, config, qa_type, d1, d2, record["id"])[1]
@@ -323,6 +364,22 @@ def pair_qa(record: dict, config: PairQAConfig) -> dict:
     # The dropped QA themselves, with the reason, so the filter can be read (vi view shows them).
     dropped_items = [{"type": qa.type, "q": qa.q, "a": qa.a, "reason": r} for qa, r in zip(offered, reasons) if r]
     return {"qa": [{"type": qa.type, "q": qa.q, "a": qa.a} for qa in kept],
-            "qa_stats": {"model": config.model, "sources": sources, "generated": count,
+            "qa_stats": {"model": config.llm, "sources": sources, "generated": count,
                          "kept": {str(t): sum(qa.type == t for qa in kept) for t in config.types},
                          "dropped": dict(sorted(dropped.items())), "dropped_items": dropped_items}}
+
+
+PAIR_QA = RecordStage(
+    STAGE,
+    summary="Question-answer pairs comparing the two clips of a pair, by an LLM, filtered "
+            "(StepDiff).",
+    reads="[cyan]reference[/cyan] and [cyan]candidate[/cyan] clips (from vi pair): their "
+          "[cyan]description.step[/cyan] (vi describe), else their keystep and "
+          "[cyan]narration[/cyan]. The reference is Video 1, the candidate Video 2.",
+    writes="[cyan]qa[/cyan] = [{type, q, a}], the QA the filter kept (type 1: differences, "
+           "2: \"Which video ...?\", 3: same main action, YES/NO); [cyan]qa_stats[/cyan] = "
+           "{model, sources: {reference, candidate}, generated: {type: n}, kept: {type: n}, "
+           "dropped: {reason: n}, dropped_items: [{type, q, a, reason}]}. A pair whose QA are all dropped gets qa: []; one where "
+           "neither clip has a description or narration is a missing_description error.",
+    example="vi clips -i steps.jsonl | vi describe | vi pair | vi pair-qa --types 1,2,3 -o pair_qa.jsonl",
+    config=PairQAConfig, fields=("qa", "qa_stats"), process=pair_qa)

@@ -35,8 +35,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from vi.core.config import option
 from vi.core.devices import resolve_placement
 from vi.core.models import text_embedding
+from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
+from vi.core.models.resolve import resolve
 from vi.core.progress import log
 from vi.core.records import REJECTED, Record, has_errors, with_error
 from vi.core.seeding import record_rng
@@ -47,16 +50,31 @@ ORDERS = ("unordered", "ordered")
 Embed = Callable[[list[str]], np.ndarray]  # texts -> unit vectors, one row each
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairConfig:
-    match: str = "exact"
+    """The options of `vi pair`, checked when built: a bad one fails before any record (exit 2), a
+    missing embedding model too (exit 5)."""
+
+    match: str = option("exact", help=(
+        "exact: keysteps equal after case folding and whitespace (labels such as HT-Step's); "
+        "embedding: free-form step texts grouped by sentence-embedding cosine >= --threshold "
+        "(greedy leader clustering, most frequent keystep first)."))
     # MiniLM-L6 scores "chop the onion" / "dice the onion" 0.78 and either against
     # "boil water" below 0.15: 0.75 keeps such paraphrases together.
-    threshold: float = 0.75
-    max_pairs_per_keystep: int | None = None
-    order: str = "unordered"
-    dedupe_threshold: float | None = None
-    model: str = "minilm-l6"
+    threshold: float = option(0.75, help="With --match embedding: the cosine similarity at which two keysteps "
+                                         "are the same.")
+    max_pairs_per_keystep: int | None = option(None, help=(
+        "Keep at most N pairs per keystep, sampled with a generator seeded by (--seed, keystep); "
+        "default: every pair."))
+    order: str = option("unordered", help=(
+        "unordered: two clips make one pair, the reference chosen by a seeded coin flip; "
+        "ordered: (A, B) and (B, A) are two pairs."))
+    dedupe_threshold: float | None = option(None, help=(
+        "Skip a pair whose two clips' descriptions (description.step, description, else keystep "
+        "and narration) have a cosine similarity above T: the same scene twice."))
+    model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
+        "Sentence-embedding model for --match embedding and --dedupe-threshold: an alias from "
+        "`vi models`, a sentence-transformers folder or a cached hub id."))
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
@@ -72,7 +90,7 @@ class PairConfig:
             raise ValueError("--max-pairs-per-keystep must be at least 1")
         if self.needs_embedder:  # a bad option is exit 2 and a missing model exit 5, before any record
             resolve_placement(self.device, self.dtype)
-            text_embedding.locate(self.model)
+            resolve(self.model, "text-embedding")
 
     @property
     def needs_embedder(self) -> bool:

@@ -7,69 +7,88 @@ processes), gradient clipping, bf16/fp16 autocast on GPU. Multi-GPU and multi-no
 through accelerate (`accelerate launch` or `torchrun`): every process draws the same global
 batch from the mixture and keeps its own slice; gradients are averaged by DDP.
 
-Output folder:
-- `checkpoints/step-NNNNNNN/`: projector weights + model.json (what `vi ask` / `vi predict`
-  load), optimizer.pt, scheduler.pt and trainer_state.json (step, data position, config), each
-  written whole to a temporary folder and renamed, so a kill never leaves half a checkpoint;
-- `log.jsonl`: one line per logged step ({"split": "train"|"val", "step", "loss", ...});
-  `--resume` continues from the last checkpoint and drops the log lines after it, so the log
-  reads as one run.
+The run folder, the log and the loop are `vi.core.training`'s (claimed, --resume, --overwrite; log.jsonl
+lines `{"split": "train"|"val", "step", "loss", ...}`). What is StepDiff's own: the model, the
+batches from the mixture, and what a checkpoint holds: `checkpoints/step-NNNNNNN/` has the projector's
+weights + model.json (what `vi ask` / `vi predict` load), optimizer.pt, scheduler.pt and
+trainer_state.json (step, data position, config).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import shutil
-import time
-from dataclasses import asdict, dataclass, field
+import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from vi.core.progress import log, make_progress, stderr
+from vi.core.config import option
+from vi.core.models.catalog import SMALL_LLM
+from vi.core.progress import stderr
 from vi.core.seeding import seed_everything
-from vi.core.training import make_accelerator, publish_checkpoint, trim_log
-from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, held_out
+from vi.core.training import (DATA, MODEL, OPTIM, RunConfig, TrainingLoop, claim_run, make_accelerator,
+                              mixed_precision_option, run_option)
+from vi.core.training import latest_checkpoint as latest_in_run
 from vi.pipelines.stepdiff.model import StepDiffModel
 from vi.pipelines.stepdiff.prompt import Sequence
+from vi.pipelines.stepdiff.train_data import Dataset, Mixture, Sample, held_out
 
-CHECKPOINTS, LOG, STATE = "checkpoints", "log.jsonl", "trainer_state.json"
 
+@dataclass(kw_only=True)
+class TrainConfig(RunConfig):
+    """The options of `vi train stepdiff`."""
 
-@dataclass
-class TrainConfig:
-    output: Path
-    llm: str = "smollm2-135m"
-    template: str = "auto"
-    steps: int = 1000
-    batch_size: int = 8  # per process and micro step
-    grad_accum: int = 1
-    lr: float = 1e-4  # StepDiff: AdamW, 1e-4
-    weight_decay: float = 0.0
-    warmup_steps: int = 100
-    max_grad_norm: float = 1.0
-    latents: int = 32
-    layers: int = 2
-    projector_dim: int = 0
-    heads: int = 8
-    val_fraction: float = 0.0
-    val_samples: int = 512
-    eval_every: int = 100
-    save_every: int = 500
-    log_every: int = 10
-    keep_checkpoints: int = 3
-    init_from: Path | None = None
-    resume: bool = False
-    overwrite: bool = False
-    gradient_checkpointing: bool = False
-    device: str = "auto"
-    seed: int = 0
-    quiet: bool = False
-    weights: list[float] | None = None
-    data: list[str] = field(default_factory=list)
+    data: list[str] = option(default_factory=list, flag="--data", metavar="KIND:PATH",
+                             help="A training dataset (see above).", panel=DATA, show_default=False)
+    features: list[Path] = option(default_factory=list, file_okay=False, exists=True,
+                                  help="A feature store (vi encode-videos --store), besides those the records name.",
+                                  panel=DATA)
+    weights: str | None = option(None, help="Sampling weights, one per --data, comma-separated (default: "
+                                 "round-robin).", panel=DATA)
+    val: list[str] = option(default_factory=list, flag="--val", metavar="KIND:PATH", help="A held-out dataset.",
+                            panel=DATA)
+    val_fraction: float = option(0.0, min=0.0, max=0.9, help="Hold out this fraction of the training samples (a "
+                                 "stable hash of their id).", panel=DATA)
+    val_samples: int = option(512, min=1, help="Most held-out samples scored at each evaluation.", panel=DATA)
+    llm: str = option(SMALL_LLM, help="The frozen LLM: a transformers folder, a cached hub id, a .gguf, or a "
+                      "GGUF alias from `vi models` (dequantized once into vi's cache).", panel=MODEL)
+    template: str = option("auto", help="auto (the LLM's chat template, else Llama-2's), chat or llama2.",
+                           panel=MODEL)
+    latents: int = option(32, min=1, help="Tokens per video in the LLM's input.", panel=MODEL)
+    layers: int = option(2, min=1, help="Perceiver layers.", panel=MODEL)
+    projector_dim: int = option(0, min=0, help="The Perceiver's width (0: the encoder's).", panel=MODEL)
+    heads: int = option(8, min=1, help="Perceiver attention heads.", panel=MODEL)
+    init_from: Path | None = option(None, exists=True, help="Start from this run's (or checkpoint's) projector, "
+                                    "e.g. the interleaved pre-training.", panel=MODEL)
+    steps: int = option(1000, min=1, help="Optimizer steps.", panel=OPTIM)
+    batch_size: int = option(8, min=1, help="Samples per process and micro step.", panel=OPTIM)
+    lr: float = option(1e-4, min=0.0, help="Peak learning rate (AdamW).", panel=OPTIM)  # StepDiff: AdamW, 1e-4
+    warmup_steps: int = option(100, min=0, help="Linear warm-up steps, then cosine decay to 0.", panel=OPTIM)
+    mixed_precision: str = mixed_precision_option(OPTIM)
+    gradient_checkpointing: bool = run_option("gradient_checkpointing", help="Recompute the LLM's activations in "
+                                              "the backward pass: less memory for long sequences.")
+    seed: int = run_option("seed", help="Seed of the projector's initialisation and the data order.")
 
-    def as_json(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+    def __post_init__(self) -> None:
+        if isinstance(self.weights, (list, tuple)):  # a script may give the numbers themselves
+            self.weights = ",".join(repr(float(w)) for w in self.weights)
+
+    def mixture_weights(self) -> list[float] | None:
+        """--weights as numbers (None: round-robin)."""
+        if self.weights is None:
+            return None
+        try:
+            return [float(w) for w in self.weights.split(",")]
+        except ValueError:
+            raise ValueError(f"--weights {self.weights}: give comma-separated numbers, one per --data") from None
+
+    def check(self) -> None:
+        super().check()
+        if not self.data:
+            raise ValueError("give at least one --data KIND:PATH")
+        if self.resume and self.init_from is not None:
+            raise ValueError("--resume continues this run's own checkpoint; --init-from starts a new run from "
+                             "another one: give one")
+        self.mixture_weights()  # a typo is refused here, before the data is read
 
 
 def sequence_for(model: StepDiffModel, sample: Sample) -> Sequence:
@@ -95,53 +114,53 @@ def latest_checkpoint(folder: Path) -> Path | None:
     """The newest complete checkpoint under a run folder (or `folder` itself when it is one)."""
     if (folder / "model.json").is_file():
         return folder
-    found = sorted(p for p in (folder / CHECKPOINTS).glob("step-*") if (p / STATE).is_file())
-    return found[-1] if found else None
+    return latest_in_run(folder)
 
 
-class Trainer:
+class Trainer(TrainingLoop):
+    """StepDiff's part of the loop: the projector learns, batches come from the mixture, a checkpoint holds
+    the projector (what `vi ask` loads) and the mixture's data position."""
+
+    name = "train stepdiff"
+
     def __init__(self, config: TrainConfig, model: StepDiffModel, features, train: list[Dataset],
                  val: list[Sample], accelerator):
-        self.config, self.model, self.features, self.val = config, model, features, val
-        self.accelerator = accelerator
-        self.mixture = Mixture(train, config.weights, config.seed)
+        super().__init__(config, accelerator)
+        self.model, self.features, self.val = model, features, val
+        self.mixture = Mixture(train, config.mixture_weights(), config.seed)
         params = [p for p in model.projector.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         from transformers import get_cosine_schedule_with_warmup
 
         self.scheduler = get_cosine_schedule_with_warmup(self.optimizer, config.warmup_steps, config.steps)
-        self.step = 0
-        self.window = [0.0, 0]  # train loss summed over the steps since the last log line, and their count
-        self.log_path = config.output / LOG
+
+    @property
+    def trained(self):
+        return self.model.projector
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.config.batch_size * self.config.grad_accum * self.accelerator.num_processes
 
     # --- state ---------------------------------------------------------------------------------
 
-    def restore(self, checkpoint: Path, weights_only: bool) -> None:
-        from safetensors.torch import load_file
-
-        weights = load_file(str(checkpoint / "projector.safetensors"))
-        if weights_only:
-            self._same_model(checkpoint)
+    def save_model(self, folder: Path) -> None:
+        projector = self.model.projector
+        self.model.projector = self.accelerator.unwrap_model(projector)
         try:
-            self.accelerator.unwrap_model(self.model.projector).load_state_dict(weights)
-        except RuntimeError as exc:
-            raise ValueError(f"{checkpoint}: its projector does not fit this model ({exc}); --init-from needs "
-                             "the same encoder, LLM and projector options") from None
-        if weights_only:
-            return
-        state = json.loads((checkpoint / STATE).read_text())
-        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu"))
-        self.scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt", map_location="cpu"))
-        self.mixture.load_state(state["data"])
-        self.step, self.window = int(state["step"]), list(state.get("window", [0.0, 0]))
-        scaler = getattr(self.accelerator, "scaler", None)
-        if scaler is not None and (checkpoint / "scaler.pt").is_file():  # fp16: the loss scale and its history
-            scaler.load_state_dict(torch.load(checkpoint / "scaler.pt", map_location="cpu"))
-        if self.accelerator.is_main_process:  # one run, one log
-            trim_log(self.log_path, self.step)
+            self.model.save(folder)
+        finally:
+            self.model.projector = projector
 
-    def _same_model(self, checkpoint: Path) -> None:
-        """--init-from: the other run's projector must sit between the same encoder and LLM."""
+    def load_model(self, checkpoint: Path, state: dict) -> None:
+        self._load_projector(checkpoint)
+        self.mixture.load_state(state["data"])
+
+    def extra_state(self) -> dict:
+        return {"data": self.mixture.state()}
+
+    def init_from(self, checkpoint: Path) -> None:
+        """--init-from: another run's projector, which must sit between the same encoder and LLM."""
         from vi.core.features import differing_keys
         from vi.pipelines.stepdiff.model import ModelConfig
 
@@ -151,34 +170,17 @@ class Trainer:
             what = f"encoder ({', '.join(differ)})" if differ else f"LLM ({other.llm}, not {mine.llm})"
             raise ValueError(f"--init-from {checkpoint}: it was trained with another {what}; its projector "
                              "would read tokens it never saw")
+        self._load_projector(checkpoint)
 
-    def save(self) -> None:
-        self.accelerator.wait_for_everyone()
-        if not self.accelerator.is_main_process:
-            return
-        root = self.config.output / CHECKPOINTS
-        final = root / f"step-{self.step:07d}"
-        partial = root / f".{final.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        projector = self.model.projector
-        self.model.projector = self.accelerator.unwrap_model(projector)
+    def _load_projector(self, checkpoint: Path) -> None:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(checkpoint / "projector.safetensors"))
         try:
-            self.model.save(partial)
-        finally:
-            self.model.projector = projector
-        torch.save(self.optimizer.state_dict(), partial / "optimizer.pt")
-        torch.save(self.scheduler.state_dict(), partial / "scheduler.pt")
-        if getattr(self.accelerator, "scaler", None) is not None:
-            torch.save(self.accelerator.scaler.state_dict(), partial / "scaler.pt")
-        (partial / STATE).write_text(json.dumps({"step": self.step, "data": self.mixture.state(),
-                                                 "window": self.window,
-                                                 "config": self.config.as_json()}, indent=1) + "\n")
-        publish_checkpoint(partial, final, self.config.keep_checkpoints)
-
-    def write_log(self, entry: dict) -> None:
-        if self.accelerator.is_main_process:
-            with open(self.log_path, "a") as handle:
-                handle.write(json.dumps(entry) + "\n")
+            self.accelerator.unwrap_model(self.model.projector).load_state_dict(weights)
+        except RuntimeError as exc:
+            raise ValueError(f"{checkpoint}: its projector does not fit this model ({exc}); --init-from needs "
+                             "the same encoder, LLM and projector options") from None
 
     # --- the work ------------------------------------------------------------------------------
 
@@ -199,12 +201,10 @@ class Trainer:
             return self.val
         return random.Random(f"{self.config.seed}:val").sample(self.val, self.config.val_samples)
 
-    @torch.no_grad()
-    def held_out_loss(self) -> float | None:
+    def held_out(self) -> tuple[float, dict] | None:
         """Mean negative log-likelihood per answer token over the held-out samples (all processes)."""
         if not self.val:
             return None
-        self.model.projector.eval()
         mine = self.val_subset()[self.accelerator.process_index::self.accelerator.num_processes]
         total = torch.zeros(2, device=self.accelerator.device)
         for first in range(0, len(mine), self.config.batch_size):
@@ -215,8 +215,7 @@ class Trainer:
             total += torch.stack([-log_probs.float().sum(), torch.tensor(float(log_probs.numel()),
                                                                          device=total.device)])
         total = self.accelerator.reduce(total, "sum")
-        self.model.projector.train()
-        return float(total[0] / total[1])
+        return float(total[0] / total[1]), {"samples": len(self.val)}
 
     def train_step(self) -> float:
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
@@ -224,8 +223,7 @@ class Trainer:
         for micro in range(self.config.grad_accum):
             samples = self.mixture.take(self.config.batch_size * world)[rank::world]
             last = micro == self.config.grad_accum - 1
-            sync = self.accelerator.no_sync(self.model.projector) if not last else _nothing()
-            with sync:
+            with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model.projector):
                 loss = self._loss(samples)
                 self.accelerator.backward(loss / self.config.grad_accum)
             losses.append(loss.detach())
@@ -237,54 +235,14 @@ class Trainer:
         self.step += 1
         return float(self.accelerator.reduce(torch.stack(losses).mean(), "mean"))
 
-    def run(self) -> dict:
-        config = self.config
-        samples_per_step = config.batch_size * config.grad_accum * self.accelerator.num_processes
-        if self.step == 0:
-            self._evaluate()
-        self.model.projector.train()
-        started, steps_timed = time.perf_counter(), 0
-        with make_progress(config.quiet or not self.accelerator.is_main_process) as progress:
-            bar = progress.add_task("train stepdiff", total=config.steps, completed=self.step)
-            while self.step < config.steps:
-                loss = self.train_step()
-                if not math.isfinite(loss):
-                    raise RuntimeError(f"step {self.step}: the training loss is {loss}; lower --lr")
-                self.window = [self.window[0] + loss, self.window[1] + 1]
-                steps_timed += 1
-                progress.update(bar, advance=1, description=f"train stepdiff loss {loss:.3f}")
-                if self.step % config.log_every == 0 or self.step == config.steps:
-                    seconds = time.perf_counter() - started
-                    self.write_log({"split": "train", "step": self.step, "loss": round(self.window[0] / self.window[1], 5),
-                                    "lr": self.scheduler.get_last_lr()[0],
-                                    "samples_per_s": round(steps_timed * samples_per_step / seconds, 3),
-                                    "samples": self.step * samples_per_step})
-                    started, steps_timed, self.window = time.perf_counter(), 0, [0.0, 0]
-                if self.step % config.eval_every == 0 or self.step == config.steps:
-                    self._evaluate()
-                if self.step % config.save_every == 0 or self.step == config.steps:
-                    self.save()
-        return {"step": self.step, "output": str(config.output)}
-
-    def _evaluate(self) -> None:
-        loss = self.held_out_loss()
-        if loss is not None:
-            self.write_log({"split": "val", "step": self.step, "loss": round(loss, 5), "samples": len(self.val)})
-            if self.accelerator.is_main_process:
-                stderr.print(f"vi train stepdiff: step {self.step}: held-out loss {loss:.4f}", highlight=False)
+    def train_metrics(self) -> dict:
+        return {"samples": self.step * self.samples_per_step}
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def train(config: TrainConfig, train_sets: list[Dataset], val: list[Sample], features, placement, accelerator
-          ) -> dict:
-    """Build the model on `placement`, restore or initialise it, and train (see the module doc)."""
+def train(config: TrainConfig, train_sets: list[Dataset], val: list[Sample], features, placement, accelerator,
+          checkpoint: Path | None = None) -> dict:
+    """Build the model on `placement`, restore it from `checkpoint` (--resume) or initialise it, and train
+    (see the module doc)."""
     seed_everything(config.seed)
     model = StepDiffModel.build(config.llm, features.info, placement, config.template, latents=config.latents,
                                 layers=config.layers, dim=config.projector_dim, heads=config.heads)
@@ -295,17 +253,14 @@ def train(config: TrainConfig, train_sets: list[Dataset], val: list[Sample], fea
         model.llm.model.config.use_cache = False
         model.llm.model.train()
     trainer = Trainer(config, model, features, train_sets, val, accelerator)
-    checkpoint = latest_checkpoint(config.output) if config.resume else None
-    if config.resume and checkpoint is None:
-        log.warning("--resume: no checkpoint in %s yet; starting from step 0", config.output)
     if checkpoint is not None:
-        trainer.restore(checkpoint, weights_only=False)
+        trainer.restore(checkpoint)
         stderr.print(f"vi train stepdiff: resumed from {checkpoint} (step {trainer.step})", highlight=False)
     elif config.init_from is not None:
         start = latest_checkpoint(config.init_from)
         if start is None:
             raise ValueError(f"--init-from {config.init_from}: no checkpoint there")
-        trainer.restore(start, weights_only=True)
+        trainer.init_from(start)
     # The scheduler stays unprepared: accelerate would step it once per process, while here every
     # process takes its slice of one global batch per step.
     model.projector, trainer.optimizer = accelerator.prepare(model.projector, trainer.optimizer)
@@ -328,39 +283,20 @@ def _check_same_data(accelerator, train_sets: list[Dataset], val: list[Sample]) 
                          "that differ between nodes?); wait for vi encode-videos to finish and start again")
 
 
-def _claim_output(config: TrainConfig, remove: bool = True) -> None:
-    """A run folder holds one run: an earlier one is continued (--resume) or replaced (--overwrite)."""
-    earlier = (config.output / LOG).is_file() or any((config.output / CHECKPOINTS).glob("step-*"))
-    if earlier and not (config.resume or config.overwrite):
-        raise ValueError(f"{config.output} holds an earlier run: give --resume to continue it or --overwrite to "
-                         "start again")
-    if config.resume and config.overwrite:
-        raise ValueError("--resume continues the run in --output and --overwrite replaces it: give one")
-    if earlier and config.overwrite and remove:
-        shutil.rmtree(config.output / CHECKPOINTS, ignore_errors=True)
-        (config.output / LOG).unlink(missing_ok=True)
-    config.output.mkdir(parents=True, exist_ok=True)
-
-
-def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[Path], mixed_precision: str = "auto"
-                 ) -> dict:
+def run_training(config: TrainConfig) -> dict:
     """Read the datasets and the features, then train (what `vi train stepdiff` does)."""
     from vi.core.devices import Placement
     from vi.core.features import FeatureStore
     from vi.pipelines.stepdiff import train_data as sd
 
-    if not config.data:
-        raise ValueError("give at least one --data KIND:PATH")
-    if config.resume and config.init_from is not None:
-        raise ValueError("--resume continues this run's own checkpoint; --init-from starts a new run from another "
-                         "one: give one")
-    accelerator = make_accelerator(config.device, mixed_precision)
-    if accelerator.num_processes > 1 and any(sd.parse_spec(s)[1] == "-" for s in [*config.data, *val_specs]):
+    config.check()
+    accelerator = make_accelerator(config.device, config.mixed_precision)
+    if accelerator.num_processes > 1 and any(sd.parse_spec(s)[1] == "-" for s in [*config.data, *config.val]):
         raise ValueError("a dataset on stdin (-) cannot be split across processes: every process reads a different "
                          "part of the pipe. Write it to a file first (e.g. vi encode-videos ... -o clips.jsonl)")
     datasets, named = sd.read_datasets(config.data, "train")
-    val_sets, val_named = sd.read_datasets(val_specs, "train") if val_specs else ([], [])
-    stores = list(dict.fromkeys([str(p) for p in feature_dirs] + named + val_named))
+    val_sets, val_named = sd.read_datasets(config.val, "train") if config.val else ([], [])
+    stores = list(dict.fromkeys([str(p) for p in config.features] + named + val_named))
     if not stores:
         raise ValueError("no feature store: give --features DIR (vi encode-videos --store DIR), or records whose "
                          "features.store names one")
@@ -369,11 +305,11 @@ def run_training(config: TrainConfig, val_specs: list[str], feature_dirs: list[P
     train_sets, val = split_held_out(datasets, config.val_fraction, config.seed)
     val += [s for d in sd.drop_unencoded(val_sets, features.__contains__) for s in d.samples]
     _check_same_data(accelerator, train_sets, val)
-    _claim_output(config, remove=accelerator.is_main_process)  # every process checks; one removes
+    checkpoint = claim_run(config, accelerator.is_main_process)  # every process checks; one changes the folder
     accelerator.wait_for_everyone()
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(accelerator.mixed_precision, "float32")
     placement = Placement(str(accelerator.device), dtype)
     stderr.print(f"vi train stepdiff: {', '.join(f'{d.name} ({len(d.samples)} samples)' for d in train_sets)}; "
                  f"{len(val)} held out; {accelerator.num_processes} process(es) on {accelerator.device}, "
                  f"precision {accelerator.mixed_precision}", highlight=False)
-    return train(config, train_sets, val, features, placement, accelerator)
+    return train(config, train_sets, val, features, placement, accelerator, checkpoint)

@@ -1,4 +1,5 @@
-"""The three kinds of frozen video encoder `vi.pipelines.stepdiff.video_encoder` builds.
+"""The three kinds of frozen video encoder `vi.pipelines.stepdiff.video_encoder` builds, and the
+`EncoderSpec` (what `--encoder` resolved to) each is built from.
 
 Each turns uint8 frames (T, H, W, 3) into float tokens (T', N, D) on the CPU: `OpenClipEncoder` (a
 ViT's last-layer patch tokens per frame), `EfficientNetEncoder` (the embedded EfficientNet-Lite0's
@@ -7,21 +8,15 @@ ViT's last-layer patch tokens per frame), `EfficientNetEncoder` (the embedded Ef
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import SetupError
 from vi.core.models import vision
 from vi.core.models.cache import load_once
+from vi.core.models.video_encoder import OPEN_CLIP, EncoderSpec
 from vi.pipelines.common.frame_scorers import (IMAGENET_RESIZE, ClipScorer, ScorerChoice, _autocast, decode_size,
                                                fit, to_tensor)
-
-if TYPE_CHECKING:
-    from vi.pipelines.stepdiff.video_encoder import EncoderSpec
-
-OPEN_CLIP, EFFICIENTNET, HF = "open_clip", vision.IMAGENET_ARCH, "hf"
-
 
 class VideoEncoder:
     """Base of the three kinds: `encode(clips)` turns uint8 frames (T, H, W, 3), T = `frames` (or 1 for an

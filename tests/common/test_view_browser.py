@@ -1,7 +1,7 @@
 """`vi view`'s page in a real browser: Debian's Chromium, headless, driven by Playwright.
 
 Skipped, with the reason, where Chromium is not installed (`make install` installs it as root).
-Set VI_VIEW_SHOTS=DIR to keep the screenshots of each view (the README's come from there).
+Set VI_VIEW_SHOTS=DIR to keep the screenshots of each view (docs/view/ come from there).
 """
 
 from __future__ import annotations

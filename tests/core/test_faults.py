@@ -126,7 +126,7 @@ def test_odd_ids_each_give_exactly_one_record(clip, tmp_path):
 
 
 def test_odd_ids_make_safe_file_names():
-    from vi.pipelines.showhowto.align_frames import safe_name
+    from vi.core.paths import safe_name
 
     names = [safe_name(i) for i in ODD_IDS + ["é" * 300, ".."]]
     assert len(set(names)) == len(names)

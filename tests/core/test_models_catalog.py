@@ -1,4 +1,4 @@
-"""Model references: the embedded default aliases, `vi models`, and resolve_model (paths, hub ids)."""
+"""Model references: the embedded default aliases, `vi models`, and local_weights (paths, hub ids)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import jsonl, run_vi
 from vi.core.errors import ModelNotAvailable
-from vi.core.models import CATALOG, resolve_model
+from vi.core.models.catalog import CATALOG, local_weights
 from vi.core.models.sources import HubRepo, JoinedParts
 
 DEFAULT_ALIASES = ("whisper-tiny.en", "smollm2-135m", "minilm-l6", "efficientnet-lite0")
@@ -48,10 +48,10 @@ def _is_torch_state_dict(path: Path) -> bool:
     ("efficientnet-lite0", "image-classifier", _is_torch_state_dict),
 ])
 def test_default_embedded_alias_resolves_to_local_weights_of_its_format(alias, role, is_right_kind):
-    path = resolve_model(alias, role=role)
+    path = local_weights(alias, role=role)
     assert path.is_absolute() and path.exists(), path
     assert is_right_kind(path), f"{alias} resolved to {path}, which is not a {CATALOG[alias].format} model"
-    assert resolve_model(alias) == path  # the role is a check, not part of the lookup
+    assert local_weights(alias) == path  # the role is a check, not part of the lookup
 
 
 def test_vi_models_json_reports_embedded_defaults_available_and_hub_only_ones_not(tmp_path):
@@ -73,19 +73,19 @@ def test_vi_models_json_reports_embedded_defaults_available_and_hub_only_ones_no
 
 
 
-# --- resolve_model -----------------------------------------------------------------------------
+# --- local_weights -------------------------------------------------------------------------------
 
 def test_unknown_alias_is_refused_pointing_to_vi_models():
     with pytest.raises(ModelNotAvailable, match=r"unknown model 'no-such-model'.*`vi models`"):
-        resolve_model("no-such-model")
+        local_weights("no-such-model")
 
 
 def test_role_mismatch_is_refused():
     with pytest.raises(ModelNotAvailable) as caught:
-        resolve_model("minilm-l6", role="asr")
+        local_weights("minilm-l6", role="asr")
     message = str(caught.value)
     assert "minilm-l6" in message and "text-embedding" in message and "asr" in message
-    assert resolve_model("whisper-tiny.en", role="asr").is_dir()
+    assert local_weights("whisper-tiny.en", role="asr").is_dir()
 
 
 def test_existing_local_path_is_returned_as_is(tmp_path):
@@ -93,19 +93,19 @@ def test_existing_local_path_is_returned_as_is(tmp_path):
     folder.mkdir()
     weights = tmp_path / "weights.gguf"
     weights.write_bytes(b"GGUF")
-    assert resolve_model(folder) == folder
-    assert resolve_model(str(weights)) == weights
-    assert resolve_model(str(folder), role="asr") == folder  # a path has no role to check
+    assert local_weights(folder) == folder
+    assert local_weights(str(weights)) == weights
+    assert local_weights(str(folder), role="asr") == folder  # a path has no role to check
 
 
 RESOLVE_SCRIPT = textwrap.dedent("""
     import json, sys, time
     from vi.core.errors import ModelNotAvailable
-    from vi.core.models import resolve_model
+    from vi.core.models.catalog import local_weights
 
     start = time.perf_counter()
     try:
-        out = {"path": str(resolve_model(sys.argv[1]))}
+        out = {"path": str(local_weights(sys.argv[1]))}
     except ModelNotAvailable as exc:
         out = {"error": str(exc)}
     out["seconds"] = time.perf_counter() - start
@@ -114,7 +114,7 @@ RESOLVE_SCRIPT = textwrap.dedent("""
 
 
 def resolve_in_subprocess(ref: str, hub_cache: Path, offline: bool) -> dict:
-    """resolve_model in a fresh interpreter: huggingface_hub reads its env at import."""
+    """local_weights in a fresh interpreter: huggingface_hub reads its env at import."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("HF_HUB_OFFLINE", "HF_HOME", "VI_ALLOW_DOWNLOAD", "HF_HUB_CACHE")}
     env["HF_HUB_CACHE"] = str(hub_cache)

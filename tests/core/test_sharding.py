@@ -2,7 +2,7 @@ import pytest
 
 from vi.core.sharding import Shard, shard_of
 
-# shard_of(id, N) = first 8 bytes of SHA-1(id), big-endian, modulo N (README)
+# shard_of(id, N) = first 8 bytes of SHA-1(id), big-endian, modulo N (docs/records.md)
 PINNED = [4, 7, 0]
 PINNED_1000 = [108, 823, 816]
 

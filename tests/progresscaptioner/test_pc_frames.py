@@ -17,9 +17,9 @@ from vi.core.sharding import Shard
 from vi.core.stream import StreamOptions
 from vi.evaluation.progresscaptioner.samples import make_progress_sample
 from vi.pipelines.progresscaptioner.frame_selection import kmeans_selection, window_bounds
+from vi.pipelines.progresscaptioner.frames import FramesConfig
 
-DEFAULTS = dict(select="all", fps=1.0, frames_dir=None, window=None, stride=None, framecap=None, image_root=None,
-                source=None, model=None, clip_arch=None, max_frames=6, batch_size=32, device="cpu", dtype="auto")
+DEFAULTS = dict(device="cpu")  # the rest: FramesConfig's own defaults, those of the CLI
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,9 @@ def frames(tmp: Path, records: list[dict] | None = None, *, out: str = "out.json
     target = tmp / out
     opts = StreamOptions(input=source, output=target, resume=resume, overwrite=not resume, quiet=True, seed=seed,
                          shard=Shard.parse(shard) if shard else None)
-    frames_command(opts, **{**DEFAULTS, **options})
+    framecap = options.pop("framecap", None)
+    config = FramesConfig(**{**DEFAULTS, "seed": seed, **options})
+    frames_command.stage_function(opts, config, framecap=framecap)
     return jsonl(target.read_text())
 
 

@@ -54,13 +54,13 @@ def sequence(pairwise: bool = False, frames: list[dict] | None = None) -> dict:
 @pytest.fixture()
 def judge(monkeypatch) -> StageJudge:
     llm = StageJudge()
-    monkeypatch.setattr(kf.KeyframesConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(kf.KeyframesConfig, "load_llm", lambda self: llm)
     monkeypatch.setattr(kf, "check_llm", lambda settings: None)
     return llm
 
 
 def test_progress_keeps_frame_0_and_each_new_stage(judge):
-    out = kf.keyframes(sequence(), kf.KeyframesConfig(model=SMOL))
+    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL))
     assert [k["index"] for k in out["keyframes"]] == [0, 2, 5]
     assert [k["time"] for k in out["keyframes"]] == [0.0, 2.0, 5.0]
     assert [k["caption"] for k in out["keyframes"]] == STAGE_TEXT
@@ -71,7 +71,7 @@ def test_progress_keeps_frame_0_and_each_new_stage(judge):
 
 
 def test_progress_compares_the_captions_of_each_window(judge):
-    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(model=SMOL))
+    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL))
     # every pair was read from its own window (t-1, t): both captions end "(window t-1)"
     assert all(a.endswith(f"(window {t})") and b.endswith(f"(window {t})") for t, (a, b) in enumerate(judge.pairs))
     assert out["keyframes_method"]["captions"] == "pairwise"
@@ -81,7 +81,7 @@ def test_progress_compares_the_captions_of_each_window(judge):
 
 def test_pseudo_prompt_and_an_uncertain_answer_keeps_nothing(judge, monkeypatch):
     monkeypatch.setattr(judge, "chat", lambda *a, **k: ChatReply('{"answer": "C"}', 0, 0, "stop"))
-    out = kf.keyframes(sequence(), kf.KeyframesConfig(model=SMOL, prompt="pseudo"))
+    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL, prompt="pseudo"))
     assert [k["index"] for k in out["keyframes"]] == [0] and out["keyframes_method"]["action"] is None
 
 
@@ -89,10 +89,10 @@ def test_progress_needs_a_caption_for_every_frame(judge):
     record = sequence()
     del record["captions"]["items"][3]
     with pytest.raises(RecordError, match="frame 3 has no caption in 'captions'"):
-        kf.keyframes(record, kf.KeyframesConfig(model=SMOL))
+        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
     del record["captions"]
     with pytest.raises(RecordError, match="no 'captions' captions"):
-        kf.keyframes(record, kf.KeyframesConfig(model=SMOL))
+        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
 
 
 def test_uniform_spacing_and_its_count():
@@ -114,7 +114,7 @@ def test_uniform_spacing_and_its_count():
 def test_captions_alone_make_a_sequence(judge):
     record = sequence()
     del record["frames"]  # the release's sequences: captions, no frames
-    out = kf.keyframes(record, kf.KeyframesConfig(model=SMOL))
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
     assert [(k["index"], k["time"]) for k in out["keyframes"]] == [(0, None), (2, None), (5, None)]
 
 
@@ -136,7 +136,7 @@ def stage_photos(folder) -> list[dict]:
 def test_captions_made_here_come_from_each_window(tmp_path, judge):
     record = sequence(frames=stage_photos(tmp_path))
     del record["captions"]
-    config = kf.KeyframesConfig(model=SMOL, captioner=kf.pair_captioner("offline", device="cpu"))
+    config = kf.KeyframesConfig(llm=SMOL, captioner="offline", device="cpu")
     out = kf.keyframes(record, config)
     assert out["keyframes_method"]["captions"] == "pairwise" and len(judge.pairs) == 5
     assert out["keyframes"][0]["index"] == 0 and "captions" not in out  # the captions stay the stage's own

@@ -72,9 +72,9 @@ def config(model: Path, data: Path, output: Path, **options) -> tc.CaptionerTrai
     return tc.CaptionerTrainConfig(**{**base, **options})
 
 
-def log_rows(run: Path, kind: str) -> list[dict]:
+def log_rows(run: Path, split: str) -> list[dict]:
     rows = [json.loads(line) for line in (run / tc.LOG).read_text().splitlines()]
-    return [r for r in rows if r["kind"] == kind]
+    return [r for r in rows if r["split"] == split]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_sft_lowers_the_held_out_loss_and_saves_a_model_caption_frames_loads(sft
     from vi.core.devices import resolve_placement
     from vi.core.models import vlm, vlm_batch
 
-    evals = log_rows(sft_run, "eval")
+    evals = log_rows(sft_run, "val")
     assert [r["step"] for r in evals] == [0, 6, 12]  # step 0: before any update
     first, last = evals[0]["eval_loss"], evals[-1]["eval_loss"]
     assert last < 0.6 * first, (first, last)  # measured: 5.57 -> 1.77
@@ -115,7 +115,7 @@ def test_dpo_after_sft_raises_held_out_reward_accuracy_and_margin(sft_run, data,
     # DPO starts from the SFT model, as in the paper: a random model cannot tell colours apart yet.
     tc.run_training(config(sft_run, data[1], run, method="dpo", lr=1e-3, vision_lr=2e-4, max_steps=6,
                            eval_every=3, save_every=6))
-    evals = log_rows(run, "eval")
+    evals = log_rows(run, "val")
     assert [r["step"] for r in evals] == [0, 3, 6]
     first, last = evals[0], evals[-1]
     # step 0: the policy is the reference, so every reward, and so the margin and accuracy, is 0
@@ -157,16 +157,15 @@ def test_resume_continues_from_the_checkpoint_to_the_same_result(tiny, data, tmp
     tc.run_training(config(tiny, data[0], cut, resume=True, **options))
     steps = [r["step"] for r in log_rows(cut, "train")]
     assert steps == [1, 2, 3, 4]  # continued from 2, the old lines for 3-4 replaced, not repeated
-    a, b = log_rows(whole, "eval")[-1], log_rows(cut, "eval")[-1]
+    a, b = log_rows(whole, "val")[-1], log_rows(cut, "val")[-1]
     assert a["step"] == b["step"] == 4 and a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-3)
 
 
 def test_lora_through_the_cli_trains_adapters_and_saves_them_merged(tiny, data, tmp_path):
     from typer.testing import CliRunner
-    from vi.cli.app import _register, app
+    from vi.cli.app import app
     from vi.core.models import vlm
 
-    _register()
     run = tmp_path / "lora"
     args = ["train", "captioner", "--method", "sft", "--data", str(data[0]), "--model", str(tiny), "-o", str(run),
             "--lora", "--lr", "1e-2", "--vision-lr", "2e-3", "--max-steps", "2", "--eval-every", "2",
@@ -185,7 +184,7 @@ def test_lora_through_the_cli_trains_adapters_and_saves_them_merged(tiny, data, 
     # the adapters' update is in the merged weights (LoRA's B starts at 0, so a change means it was merged)
     assert any("q_proj" in k and not np.allclose(weights[k].numpy(), start[k].numpy()) for k in start)
     assert vlm.locate_vlm(str(run)).model_type == "llava_onevision"
-    evals = log_rows(run, "eval")
+    evals = log_rows(run, "val")
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
 
 
@@ -194,7 +193,7 @@ def test_the_other_families_take_sft_steps(arch, data, tmp_path):
     model = build_tiny_vlm(arch, tmp_path / arch)
     run = tmp_path / "run"
     tc.run_training(config(model, data[0], run, lr=1e-2, vision_lr=2e-3, max_steps=2, eval_every=2, save_every=2))
-    evals = log_rows(run, "eval")
+    evals = log_rows(run, "val")
     assert [r["step"] for r in evals] == [0, 2] and evals[-1]["eval_loss"] < evals[0]["eval_loss"]
     trainer, _ = tc.build_trainer(config(model, data[0], tmp_path / "groups", lr=1e-5, vision_lr=2e-6))
     groups = {g["name"]: g for g in trainer.create_optimizer().param_groups}
@@ -221,8 +220,8 @@ def test_cache_images_gives_the_same_losses_and_decodes_each_file_once(tiny, dat
     real = tcd.decode_image
     monkeypatch.setattr(tcd, "decode_image", lambda path: decoded.append(path) or real(path))
     tc.run_training(config(tiny, data[0], tmp_path / "cached", cache_images=True, **options))
-    for kind, key in (("train", "loss"), ("eval", "eval_loss")):
-        reread, cached = log_rows(tmp_path / "reread", kind), log_rows(tmp_path / "cached", kind)
+    for split, key in (("train", "loss"), ("val", "eval_loss")):
+        reread, cached = log_rows(tmp_path / "reread", split), log_rows(tmp_path / "cached", split)
         assert [r["step"] for r in reread] == [r["step"] for r in cached] and len(cached) >= 2
         assert [r[key] for r in cached] == pytest.approx([r[key] for r in reread], abs=1e-5)
     # the 4 colour files, read by 3 steps of 4 records and by 2 evaluations of 4: each decoded once
@@ -231,9 +230,8 @@ def test_cache_images_gives_the_same_losses_and_decodes_each_file_once(tiny, dat
 
 def test_cache_images_option_reaches_the_config(tiny, data, tmp_path, monkeypatch):
     from typer.testing import CliRunner
-    from vi.cli.app import _register, app
+    from vi.cli.app import app
 
-    _register()
     seen = []
     monkeypatch.setattr(tc, "run_training", seen.append)
     args = ["train", "captioner", "--data", str(data[0]), "--model", str(tiny), "-o", str(tmp_path / "r"), "-q"]

@@ -124,8 +124,8 @@ def test_the_stage_shows_numbered_lines_and_turns_citations_into_times(monkeypat
     llm = CitingLLM({"title": "How to Fix a Flat", "steps": [
         {"first_line": 4, "last_line": 5, "text": "Remove the wheel."},
         {"first_line": 17, "last_line": 18, "text": "Refit the tyre and the wheel."}]})
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation="model"))["steps"]
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation="model"))["steps"]
     shown = llm.messages[-1]["content"]
     assert "[1] Hey everyone, welcome back to the channel." in shown and "[20] Thanks" in shown
     assert llm.schema["properties"]["steps"]["maxItems"] == es.MAX_STEPS
@@ -139,9 +139,9 @@ def test_the_stage_shows_numbered_lines_and_turns_citations_into_times(monkeypat
 def test_a_reply_without_steps_is_a_no_steps_error(monkeypatch):
     from vi.core.errors import RecordError
 
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: CitingLLM({"title": "x", "steps": []}))
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: CitingLLM({"title": "x", "steps": []}))
     with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m", segmentation="model"))
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(llm="smollm2-135m", segmentation="model"))
     assert info.value.kind == "no_steps" and "filter-instructional" in info.value.message
 
 
@@ -192,8 +192,8 @@ class LabellingLLM:
 def test_labelled_lines_make_the_steps_and_the_model_only_writes_them(monkeypatch):
     record = TRANSCRIPTS["bike_tyre"]
     llm = LabellingLLM(truth_labels(record))
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation="labels"))["steps"]
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation="labels"))["steps"]
     (label_messages, label_schema), (write_messages, write_schema) = llm.requests
     assert label_schema["properties"]["labels"]["minItems"] == 20
     assert "[20] Thanks for watching" in label_messages[-1]["content"]
@@ -215,9 +215,9 @@ def labelled_error(labels: list[str], record_id: str, monkeypatch):
     from vi.core.errors import RecordError
 
     llm = LabellingLLM(labels)
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
     with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS[record_id], es.ExtractConfig(model="smollm2-135m", segmentation="labels"))
+        es.extract(TRANSCRIPTS[record_id], es.ExtractConfig(llm="smollm2-135m", segmentation="labels"))
     return info.value, llm
 
 
@@ -257,7 +257,7 @@ def test_the_truth_scores_perfectly_and_a_step_per_line_fails_the_bar():
     assert not eq.meets_bar(row)
 
 # The default model on these transcripts takes about 3 minutes each on 2 cores: it is measured by
-# python -m vi.evaluation.showhowto.extract_quality (README, vi extract-steps), not in the suite.
+# python -m vi.evaluation.showhowto.extract_quality (evaluation/showhowto/RESULTS.md), not in the suite.
 # tests/showhowto/test_llm_stages.py runs it on the real pressure-cooker transcript.
 
 
@@ -294,8 +294,8 @@ def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_cita
     record = TRANSCRIPTS["bike_tyre"]
     labels = truth_labels(record)
     llm = CopyingLLM(labels, steps_for=lambda lines: own_words(record))
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation=segmentation))["steps"]
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation=segmentation))["steps"]
     texts = [s["text"] for s in steps["items"]]
     if segmentation == "model":  # the model's steps as they are, the phone call among them
         assert len(llm.requests) == 1 and "Answer the phone." in texts and "line_labels" not in steps
@@ -311,8 +311,8 @@ def use_llm(llm, monkeypatch):
     """`llm` for extract-steps and for the filter's question it may ask."""
     from vi.pipelines.showhowto import filter_instructional as fi
 
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
-    monkeypatch.setattr(fi.FilterConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+    monkeypatch.setattr(fi.FilterConfig, "load_llm", lambda self: llm)
 
 
 @pytest.mark.parametrize("segmentation", ["model", "filtered"])
@@ -324,7 +324,7 @@ def test_a_model_that_copies_the_lines_gets_the_labelled_runs_instead(segmentati
     labels = truth_labels(record)
     llm = CopyingLLM(labels)
     use_llm(llm, monkeypatch)
-    steps = es.extract(record, es.ExtractConfig(model="smollm2-135m", segmentation=segmentation))["steps"]
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation=segmentation))["steps"]
     cited = [s["lines"][0] for s in steps["items"]]
     if segmentation == "model":  # the copy keeps every line, the greeting and the phone call among them
         assert len(llm.requests) == 1 and cited == list(range(20))
@@ -365,9 +365,9 @@ def test_a_step_with_one_line_that_is_not_talk_is_kept():
 
 def test_filtered_on_a_video_that_is_all_talk_asks_for_no_steps(monkeypatch):
     llm = CopyingLLM(["TALK"] * 12)
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
     with pytest.raises(Exception) as info:
-        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(model="smollm2-135m"))  # the default: filtered
+        es.extract(TRANSCRIPTS["lisbon_vlog"], es.ExtractConfig(llm="smollm2-135m"))  # the default: filtered
     assert info.value.kind == "no_steps" and "labelled TALK" in info.value.message
     assert len(llm.requests) == 1  # the labels only
 
@@ -378,14 +378,14 @@ def test_a_record_the_filter_labelled_not_instructional_costs_no_request(monkeyp
     from vi.core.errors import RecordError
 
     llm = CopyingLLM(["STEP"] * 12)
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
     verdict = {"label": False, "reason": "A travel vlog, no task is taught.", "model": "qwen2.5-coder-1.5b"}
     with pytest.raises(RecordError) as info:
-        es.extract(TRANSCRIPTS["lisbon_vlog"] | {"instructional": verdict}, es.ExtractConfig(model="smollm2-135m"))
+        es.extract(TRANSCRIPTS["lisbon_vlog"] | {"instructional": verdict}, es.ExtractConfig(llm="smollm2-135m"))
     assert info.value.kind == "not_instructional" and "A travel vlog" in info.value.message
     assert llm.requests == []
     steps = es.extract(TRANSCRIPTS["lisbon_vlog"] | {"instructional": verdict | {"label": True}},
-                       es.ExtractConfig(model="smollm2-135m"))["steps"]  # labelled instructional: as usual
+                       es.ExtractConfig(llm="smollm2-135m"))["steps"]  # labelled instructional: as usual
     assert len(llm.requests) >= 2 and steps["items"]
 
 
@@ -400,10 +400,10 @@ def test_a_copying_model_on_a_video_the_filter_rejects_gives_not_instructional(m
     llm = CopyingLLM(labels, answer="No")
     use_llm(llm, monkeypatch)
     with pytest.raises(RecordError) as info:
-        es.extract(record, es.ExtractConfig(model="smollm2-135m"))
+        es.extract(record, es.ExtractConfig(llm="smollm2-135m"))
     assert info.value.kind == "not_instructional" and "8 of its 8 steps" in info.value.message
     assert len(llm.requests) == 3  # labels, steps, the question: nothing written
     llm.requests.clear()
     screened = {"label": True, "reason": "screened before", "model": "x"}
-    steps = es.extract(record | {"instructional": screened}, es.ExtractConfig(model="smollm2-135m"))["steps"]
+    steps = es.extract(record | {"instructional": screened}, es.ExtractConfig(llm="smollm2-135m"))["steps"]
     assert len(llm.requests) == 3 and len(steps["items"]) == 4  # labels, steps, the runs written

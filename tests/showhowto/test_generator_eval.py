@@ -132,7 +132,8 @@ def test_a_generated_file_that_cannot_be_scored_names_file_line_and_field(testse
             generator_eval.read_generated(path, sequences, testset)
     only_failed = _generated(testset, tmp_path, [{"id": "k1", "errors": [{"message": "cuda out of memory"}]}])
     with pytest.raises(ValueError, match="no generated sequence to score; 1 record.*line 1: cuda out of memory"):
-        generator_eval.evaluate(testset, "generated", only_failed, clip="no-such-clip", scene="nowhere")
+        generator_eval.evaluate(generator_eval.GeneratorEvalConfig(
+            dataset=testset, generated=only_failed, clip="no-such-clip", dino="nowhere"))
 
 
 def test_an_unknown_id_is_exit_2_naming_the_line_before_any_model_loads(testset, tmp_path):
@@ -185,8 +186,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 def _evaluate(testset: Path, models: dict, method: str, **options) -> tuple[dict, list[dict]]:
     """In this process (the models load once for all the tests): the runner behind the command."""
-    return generator_eval.evaluate(testset, method, clip=str(models["clip"]), clip_arch=str(models["arch"]),
-                                   scene=str(models["dino"]), device="cpu", **options)
+    return generator_eval.evaluate(generator_eval.GeneratorEvalConfig(
+        dataset=testset, method=method, clip=str(models["clip"]), clip_arch=str(models["arch"]),
+        dino=str(models["dino"]), device="cpu", **options))
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """vi filter-instructional and vi extract-steps: prompts, transcript text, chunking, repair,
 and the stages end to end on the embedded LLMs (SmolLM2 for the mechanics, Qwen2.5 for
-the quality the README reports)."""
+the quality evaluation/showhowto/RESULTS.md reports)."""
 
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ class EchoLLM:
 
 def test_a_long_transcript_is_chunked_and_every_step_kept_once(monkeypatch):
     lines = [(i * 10.0, i * 10.0 + 8, f"Do thing number {i} with care, then check it twice") for i in range(40)]
-    config = es.ExtractConfig(model=SMOL, n_ctx=4096, max_new_tokens=100, overlap_s=25.0,
+    config = es.ExtractConfig(llm=SMOL, n_ctx=4096, max_new_tokens=100, overlap_s=25.0,
                               segmentation="model")
     llm = EchoLLM()
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
     out = es.extract(record("long", lines, duration=400.0), config)["steps"]
     assert out["chunks"] > 2 and llm.calls == out["chunks"]
     assert [s["text"] for s in out["items"]] == [t for _, _, t in lines]
@@ -160,12 +160,12 @@ def test_no_narration_is_a_clear_error_for_steps_and_a_label_for_the_filter(monk
     def no_model(self):
         raise AssertionError("no model is needed for a record without speech")
 
-    monkeypatch.setattr(es.ExtractConfig, "llm", no_model)
-    monkeypatch.setattr(fi.FilterConfig, "llm", no_model)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", no_model)
+    monkeypatch.setattr(fi.FilterConfig, "load_llm", no_model)
     with pytest.raises(RecordError) as info:
-        es.extract(music, es.ExtractConfig(model=SMOL))
+        es.extract(music, es.ExtractConfig(llm=SMOL))
     assert info.value.kind == "no_narration"
-    out = fi.classify(music, fi.FilterConfig(model=SMOL))["instructional"]
+    out = fi.classify(music, fi.FilterConfig(llm=SMOL))["instructional"]
     assert out["label"] is False and out["model"] is None and "no narration" in out["reason"]
 
 
@@ -184,10 +184,10 @@ def test_a_stray_dollar_in_a_prompt_is_refused_before_any_record(tmp_path):
 
 def test_a_transcript_line_longer_than_the_context_is_a_clear_error(monkeypatch):
     llm = EchoLLM()
-    monkeypatch.setattr(es.ExtractConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
     huge = record("huge", [(0.0, 60.0, "word " * 3000)])
     with pytest.raises(RecordError) as info:
-        es.extract(huge, es.ExtractConfig(model=SMOL, max_new_tokens=100, segmentation="model"))
+        es.extract(huge, es.ExtractConfig(llm=SMOL, max_new_tokens=100, segmentation="model"))
     assert info.value.kind == "context_too_small" and llm.calls == 0
 
 
@@ -207,7 +207,7 @@ def test_the_filter_shows_more_transcript_for_long_videos():
     words = " ".join(["word"] * 2000)
     short = record("s", [(0, 100, words)])
     long = record("l", [(0, 500, words)])
-    config = fi.FilterConfig(model=SMOL)
+    config = fi.FilterConfig(llm=SMOL)
     assert len(fi.transcript_excerpt(short, config)) <= 1503
     assert 3400 < len(fi.transcript_excerpt(long, config)) <= 3503
 

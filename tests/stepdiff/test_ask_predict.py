@@ -29,7 +29,8 @@ from vi.evaluation.stepdiff import model_predict as smp
 from vi.evaluation.stepdiff.predict import annotation_style
 from vi.pipelines.stepdiff import ask
 from vi.pipelines.stepdiff.train import latest_checkpoint
-from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder, resolve_video_encoder
+from vi.core.models.video_encoder import resolve_video_encoder
+from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder
 
 CPU = resolve_placement("cpu", "float32")
 # The videos, clip ids, DiffRank and DiffCap rows of the baselines' tests (test_predict), shared; the

@@ -190,7 +190,7 @@ class FakeLLM:
 @pytest.fixture()
 def fake_llm(monkeypatch) -> FakeLLM:
     llm = FakeLLM()
-    monkeypatch.setattr(ds.DescribeConfig, "llm", lambda self: llm)
+    monkeypatch.setattr(ds.DescribeConfig, "load_llm", lambda self: llm)
     return llm
 
 
@@ -286,7 +286,7 @@ def test_describe_with_a_vlm_and_a_detector_samples_8_frames_inside_the_clip(tin
         return read_frames(path, times, *args, **kwargs)
 
     monkeypatch.setattr(ds.media, "read_frames", spy)
-    config = ds.DescribeConfig(vlm=str(tiny["vlm"]), detector=str(tiny["owlv2"]), llm_model=SMOL,
+    config = ds.DescribeConfig(vlm=str(tiny["vlm"]), detector=str(tiny["owlv2"]), llm=SMOL,
                                max_new_tokens=24, box_threshold=0.0, min_score=0.5, device="cpu")
     record = clip(test_video, 1.0, 5.0, narration="Now  we cut the tomato.")
     out = ds.describe(record, config)["description"]
@@ -311,17 +311,17 @@ def test_auto_uses_cached_models_and_falls_back_to_imagenet_labels(tiny, monkeyp
     cache = {vlm.KNOWN_VLMS[1]: tiny["vlm"], vlm.KNOWN_DETECTORS[1]: tiny["owlv2"]}
     monkeypatch.setattr(vlm, "hub_snapshot", cache.get)
     monkeypatch.setattr(sources, "hub_snapshot", cache.get)  # what resolve_model asks
-    config = ds.DescribeConfig(llm_model=SMOL, device="cpu")
+    config = ds.DescribeConfig(llm=SMOL, device="cpu")
     assert config.sources == {"action": vlm.KNOWN_VLMS[1], "objects": f"{vlm.KNOWN_VLMS[1]}+{vlm.KNOWN_DETECTORS[1]}",
                               "step": SMOL}
     cache.clear()
     caplog.set_level("INFO", logger="vi")
-    offline = ds.DescribeConfig(llm_model=SMOL, device="cpu")
+    offline = ds.DescribeConfig(llm=SMOL, device="cpu")
     assert offline.vlm_files is None and offline.detector_files is None
     assert offline.sources == {"action": None, "objects": "imagenet-labels:efficientnet-lite0", "step": SMOL}
     assert f"hf download {vlm.KNOWN_VLMS[0]}" in caplog.text
     with pytest.raises(ModelNotAvailable, match=re.escape(f"hf download {vlm.KNOWN_VLMS[0]}")):
-        ds.DescribeConfig(detector=str(tiny["owlv2"]), llm_model=SMOL, device="cpu")
+        ds.DescribeConfig(detector=str(tiny["owlv2"]), llm=SMOL, device="cpu")
 
 
 def test_models_of_the_wrong_kind_are_refused_before_any_record(tiny, tmp_path):
@@ -335,13 +335,13 @@ def test_models_of_the_wrong_kind_are_refused_before_any_record(tiny, tmp_path):
     with pytest.raises(ModelNotAvailable, match="no chat template"):
         vlm.locate_vlm(str(no_template))
     with pytest.raises(ValueError, match="with --vlm none the objects are ImageNet labels"):
-        ds.DescribeConfig(vlm="none", detector=str(tiny["owlv2"]), llm_model=SMOL, device="cpu")
+        ds.DescribeConfig(vlm="none", detector=str(tiny["owlv2"]), llm=SMOL, device="cpu")
 
 
 # --- the offline path: EfficientNet-Lite0 on a real photo --------------------------------------------
 
 def test_offline_objects_are_imagenet_labels_of_the_centre_frame(orange_video, fake_llm):
-    config = ds.DescribeConfig(vlm="none", llm_model=SMOL, device="cpu")
+    config = ds.DescribeConfig(vlm="none", llm=SMOL, device="cpu")
     out = ds.describe(clip(orange_video, 0.5, 3.5, narration="Now peel the orange."), config)["description"]
     assert out["action"] is None and out["narration"] == "Now peel the orange."
     names, scores = [o["name"] for o in out["objects"]], [o["score"] for o in out["objects"]]
@@ -356,19 +356,19 @@ def test_offline_objects_are_imagenet_labels_of_the_centre_frame(orange_video, f
 
 
 def test_without_narration_the_description_comes_from_what_there_is(orange_video, fake_llm):
-    config = ds.DescribeConfig(vlm="none", llm_model=SMOL, device="cpu")
+    config = ds.DescribeConfig(vlm="none", llm=SMOL, device="cpu")
     out = ds.describe(clip(orange_video, 1.0, 2.0), config)["description"]
     assert out["narration"] is None and out["step"] == fake_llm.reply
     assert fake_llm.asked[0][-1]["content"].startswith(
         "Video narration: (not available). Possible activity: (not available). Possible objects: orange (")
-    strict = ds.DescribeConfig(vlm="none", llm_model=SMOL, device="cpu", min_score=0.999)
+    strict = ds.DescribeConfig(vlm="none", llm=SMOL, device="cpu", min_score=0.999)
     with pytest.raises(RecordError) as info:
         ds.describe(clip(orange_video, 1.0, 2.0), strict)
     assert info.value.kind == "nothing_to_describe" and len(fake_llm.asked) == 1
 
 
 def test_clips_without_a_usable_video_or_with_times_outside_it_are_record_errors(orange_video, tmp_path):
-    config = ds.DescribeConfig(vlm="none", llm_model=SMOL, device="cpu")
+    config = ds.DescribeConfig(vlm="none", llm=SMOL, device="cpu")
     garbage = tmp_path / "garbage.mp4"
     garbage.write_bytes(b"this is not a video" * 100)
     cases = [({"id": "a", "start": 0, "end": 1}, "missing_field", "no 'video' path"),

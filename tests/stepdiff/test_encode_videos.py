@@ -16,6 +16,7 @@ from test_frame_scorers import make_tiny_clip
 from vi.core.devices import resolve_placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.features import FeatureStore, FeatureWriter
+from vi.core.models.video_encoder import resolve_video_encoder
 from vi.pipelines.stepdiff import video_encoder as ve
 from vi.core.sharding import Shard
 from vi.core.stream import Stage, StreamOptions, run_stage
@@ -180,7 +181,7 @@ def test_efficientnet_lite0_tokens_are_its_last_feature_map_whose_mean_gives_its
     from vi.core.models import vision
     from vi.pipelines.common.frame_scorers import fit, to_tensor
 
-    encoder = ve.load_video_encoder(ve.resolve_video_encoder("efficientnet-lite0"), CPU)
+    encoder = ve.load_video_encoder(resolve_video_encoder("efficientnet-lite0"), CPU)
     red = ve.encode_video(encoder, media["video"], 0, 3)
     green = ve.encode_video(encoder, media["video"], 3, 6)
     assert red.shape == (8, 49, 1280) and encoder.info["tokens_per_frame"] == 49 and encoder.info["dim"] == 1280
@@ -197,7 +198,7 @@ def test_a_videomae_encodes_the_clip_as_one_video_as_automodel_does(media):
     from decord import VideoReader
     from transformers import AutoImageProcessor, AutoModel
 
-    encoder = ve.load_video_encoder(ve.resolve_video_encoder(f"hf:{media['videomae']}"), CPU)
+    encoder = ve.load_video_encoder(resolve_video_encoder(f"hf:{media['videomae']}"), CPU)
     tokens = encoder.encode([ve.clip_frames(encoder, media["video"], 0, 3)])[0]
     image = ve.encode_image(encoder, media["image"])
     frames = VideoReader(str(media["video"])).get_batch([round(t * 10) for t in sample_times(0, 3, 8)]).asnumpy()
@@ -207,9 +208,9 @@ def test_a_videomae_encodes_the_clip_as_one_video_as_automodel_does(media):
     assert tokens.shape == (1, 64, 32) == image.shape and encoder.info["frames_out"] == 1
     assert torch.allclose(tokens, direct.last_hidden_state, atol=1e-4) and (tokens - image).abs().max() > 0.1
     with pytest.raises(ValueError, match="--frames 8"):
-        ve.resolve_video_encoder(f"hf:{media['videomae']}", frames=4)
+        resolve_video_encoder(f"hf:{media['videomae']}", frames=4)
     with pytest.raises(ModelNotAvailable, match="hf download no-such-org/no-such-video-model"):
-        ve.resolve_video_encoder("hf:no-such-org/no-such-video-model")
+        resolve_video_encoder("hf:no-such-org/no-such-video-model")
 
 
 def test_a_clip_without_a_vit_image_tower_is_refused(tmp_path):
@@ -221,7 +222,7 @@ def test_a_clip_without_a_vit_image_tower_is_refused(tmp_path):
     (tmp_path / "repo" / "open_clip_config.json").write_text(json.dumps({"model_cfg": config}))
     torch.save(open_clip.CLIP(**config).state_dict(), tmp_path / "repo" / "open_clip_pytorch_model.bin")
     with pytest.raises(SetupError, match="ModifiedResNet.*not a plain ViT"):
-        ve.load_video_encoder(ve.resolve_video_encoder(f"open_clip:{tmp_path / 'repo'}"), CPU)
+        ve.load_video_encoder(resolve_video_encoder(f"open_clip:{tmp_path / 'repo'}"), CPU)
 
 
 def test_the_store_reads_the_latest_copy_of_an_id_across_stores_and_refuses_another_encoder(tmp_path):

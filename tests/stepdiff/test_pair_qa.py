@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import jsonl, run_vi
-from vi.cli.pair_qa import parse_types, prompt_overrides
+from vi.pipelines.stepdiff.pair_qa import parse_types, prompt_overrides
 from vi.core.errors import RecordError
 from vi.core.models.llm import ChatReply
 from vi.pipelines.stepdiff import pair_qa as pq
@@ -186,13 +186,13 @@ def test_a_pair_without_any_description_is_an_error_and_one_missing_side_falls_b
 @pytest.mark.parametrize("text, types", [("1,2,3", (1, 2, 3)), ("3", (3,)), (" 2, 1", (2, 1))])
 def test_types_parse(text, types):
     assert parse_types(text) == types
-    assert pq.PairQAConfig(model=SMOL, types=types).types == types
+    assert pq.PairQAConfig(llm=SMOL, types=types).types == types
 
 
 @pytest.mark.parametrize("types", [(), (4,), (1, 1), (0, 2)])
 def test_bad_types_are_refused(types):
     with pytest.raises(ValueError, match="--types must list"):
-        pq.PairQAConfig(model=SMOL, types=types)
+        pq.PairQAConfig(llm=SMOL, types=types)
     with pytest.raises(ValueError, match="--types must list"):
         parse_types("one,2")
 
@@ -206,7 +206,7 @@ def test_prompt_overrides_name_their_type(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("### user\n${d1} ${d2}\n")
     with pytest.raises(ValueError, match="type 3 is not among --types"):
-        pq.PairQAConfig(model=SMOL, types=(1, 2), prompts=((3, path),))
+        pq.PairQAConfig(llm=SMOL, types=(1, 2), prompts=((3, path),))
 
 
 # --- the stage on a fake LLM --------------------------------------------------------------------
@@ -242,14 +242,14 @@ GOOD_REPLIES = {
 def scripted(monkeypatch):
     def install(replies=GOOD_REPLIES, finish="stop"):
         llm = ScriptedLLM(replies, finish)
-        monkeypatch.setattr(pq.PairQAConfig, "llm", lambda self: llm)
+        monkeypatch.setattr(pq.PairQAConfig, "load_llm", lambda self: llm)
         return llm
     return install
 
 
 def test_one_call_per_type_and_the_kept_qa_with_their_counts(scripted):
     llm = scripted()
-    out = pq.pair_qa(pair("p1", KNIFE, PROCESSOR), pq.PairQAConfig(model=SMOL))
+    out = pq.pair_qa(pair("p1", KNIFE, PROCESSOR), pq.PairQAConfig(llm=SMOL))
     assert [c["type"] for c in llm.calls] == [1, 2, 3]
     assert all(c["schema"] is None and c["temperature"] == 0.0 for c in llm.calls)  # free text, greedy
     assert llm.calls[0]["system"] == PAPER_SYSTEM.format(d1=KNIFE, d2=PROCESSOR)
@@ -271,7 +271,7 @@ def test_one_call_per_type_and_the_kept_qa_with_their_counts(scripted):
 
 def test_types_select_the_prompts_and_the_seed_is_per_record(scripted):
     llm = scripted()
-    config = pq.PairQAConfig(model=SMOL, types=(3, 2), temperature=0.7, seed=5)
+    config = pq.PairQAConfig(llm=SMOL, types=(3, 2), temperature=0.7, seed=5)
     out = pq.pair_qa(pair("p1", KNIFE, PROCESSOR), config)
     assert [c["type"] for c in llm.calls] == [3, 2]
     assert {c["seed"] for c in llm.calls} == {pq.record_seed(5, "p1") % 2**32}
@@ -283,7 +283,7 @@ def test_types_select_the_prompts_and_the_seed_is_per_record(scripted):
 
 def test_a_pair_whose_qa_are_all_dropped_still_gets_qa_and_stats(scripted):
     scripted({1: "Sorry, I cannot compare videos.", 2: "Q: Which video?\nA: Neither.", 3: "Perhaps."})
-    out = pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(model=SMOL))
+    out = pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(llm=SMOL))
     assert out["qa"] == []
     assert out["qa_stats"]["generated"] == {"1": 0, "2": 1, "3": 1}
     assert out["qa_stats"]["dropped"] == {"malformed": 1, "not_one_video": 1}
@@ -292,7 +292,7 @@ def test_a_pair_whose_qa_are_all_dropped_still_gets_qa_and_stats(scripted):
 def test_the_last_qa_of_a_reply_cut_off_by_max_tokens_is_dropped(scripted):
     scripted({1: "Q: What tool does Video 1 use?\nA: A chef's knife.\nQ: What does Video 2 use?\nA: A food"},
              finish="length")
-    out = pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(model=SMOL, types=(1,)))
+    out = pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(llm=SMOL, types=(1,)))
     assert [q["a"] for q in out["qa"]] == ["A chef's knife."]
     assert out["qa_stats"]["dropped"] == {"truncated": 1}
 
@@ -301,17 +301,17 @@ def test_a_prompt_file_replaces_one_type(tmp_path, scripted):
     path = tmp_path / "which.txt"
     path.write_text("### system\nCompare. One: ${d1} Two: ${d2}\n### user\n" + PAPER_USER[2] + "\n")
     llm = scripted()
-    pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(model=SMOL, prompts=((2, path),)))
+    pq.pair_qa(pair("p", KNIFE, PROCESSOR), pq.PairQAConfig(llm=SMOL, prompts=((2, path),)))
     assert [c["system"].startswith("Compare. One: The person chops") for c in llm.calls] == [False, True, False]
     path.write_text("### user\nno descriptions here ${d1}\n")
     with pytest.raises(ValueError, match=re.escape("never uses ${d2}")):
-        pq.PairQAConfig(model=SMOL, prompts=((2, path),))
+        pq.PairQAConfig(llm=SMOL, prompts=((2, path),))
 
 
 def test_descriptions_too_long_for_the_context_are_a_clear_error(scripted):
     llm = scripted()
     with pytest.raises(RecordError) as info:
-        pq.pair_qa(pair("p", KNIFE * 400, PROCESSOR), pq.PairQAConfig(model=SMOL))
+        pq.pair_qa(pair("p", KNIFE * 400, PROCESSOR), pq.PairQAConfig(llm=SMOL))
     assert info.value.kind == "context_too_small" and llm.calls == []
 
 

@@ -1,0 +1,67 @@
+"""Options declared once: a config dataclass field carries its default and its help.
+
+A stage's (or a trainer's) config dataclass is the one place where each of its options is
+declared, as TRL declares its arguments: `field(default, metadata={"help": ...})`. `option()`
+is that `field` with the metadata spelled out, and `vi.cli.options` builds the command-line
+options from these fields. Nothing here imports typer: a config stays a plain dataclass that a
+script or a test builds with keywords.
+
+    @dataclass(frozen=True, kw_only=True)
+    class ExtractConfig(LLMConfig):
+        overlap_s: float = option(30.0, flag="--overlap", min=0.0,
+                                  help="Seconds of transcript shown on each side of a chunk.")
+
+Metadata keys (all optional but `help`):
+- `help`: the option's help text; `panel`: the --help panel it is listed in;
+- `flag`: its spelling (default: `--` + the field name with dashes), `short`: e.g. "-o";
+- `hidden_aliases`: old spellings still accepted but not listed (kept for one release);
+- `argument`: a positional argument instead of an option;
+- `parse`: a function from what the command line parsed to the field's value (a comma list into a
+  tuple), with `cli_type` the type the command line parses and `cli_default` its default as the
+  command line spells it, when they differ from the field's;
+- `cli=False`: a field the command line never sets (derived, or set by the command itself);
+- anything else (`min`, `max`, `metavar`, `exists`, `file_okay`, `show_default`, ...) is handed to
+  the command-line option as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+MISSING: Any = dataclasses.MISSING
+
+
+def option(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, **meta: Any) -> Any:
+    """A dataclass field that is also a command-line option (see the module's docstring)."""
+    meta["help"] = help
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
+
+
+def internal(default: Any = MISSING, *, default_factory: Any = MISSING, init: bool = True) -> Any:
+    """A config field that is not an option (derived in __post_init__, or set by code)."""
+    return dataclasses.field(default=default, default_factory=default_factory, init=init,
+                             compare=init, metadata={"cli": False})
+
+
+def with_default(config: type, name: str, default: Any) -> Any:
+    """Field `name` of `config` with another default, its help and spelling kept: a stage whose
+    context window is smaller than the shared default says so once, without restating the help."""
+    base = {f.name: f for f in dataclasses.fields(config)}[name]
+    return dataclasses.field(default=default, metadata=dict(base.metadata))
+
+
+def cli_fields(config: type) -> list[dataclasses.Field]:
+    """The fields of `config` that are command-line options, in declaration order."""
+    return [f for f in dataclasses.fields(config) if f.init and f.metadata.get("cli", True)]
+
+
+def defaults(config: type) -> dict[str, Any]:
+    """Each option's declared default, by field name (fields without a default left out)."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return out
