@@ -48,8 +48,8 @@ HELP = (
 def predict_command(
     config: PredictConfig,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="With --output: keep the complete lines of FILE, predict the rest.")
-                      ] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="With --output: keep the complete lines of FILE, predict the rest.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="With --output: replace FILE.")] = False,
     shard: Annotated[str | None, typer.Option(metavar="I/N", help="Predict the I-th of N blocks of lines "
                                                  "(default: the Slurm array task, when set).")] = None,

@@ -215,12 +215,11 @@ def record_stage_command(spec: RecordStage):
     return run
 
 
-def command(*, help: str | None = None, short_help: str | None = None, epilog: str | None = None, config: type | None = None,
-            **typer_kwargs: Any):
-    """Make `fn([config,] **own)` a command that is not a record stage (vi eval, vi train; help
-    None: the function's docstring): its
-    config's options built into `config=` as stage_command does; it runs its body through
-    run_command for the stages' exit codes."""
+def command(*, help: str | None = None, short_help: str | None = None, epilog: str | None = None,
+            config: type | None = None, **typer_kwargs: Any):
+    """Make `fn([config,] **own)` a command that is not a record stage (vi eval, vi train): its
+    config's options built into `config=` as stage_command does (help None: the function's
+    docstring); its body runs through run_command for the stages' exit codes."""
 
     def decorate(fn):
         params, split = _with_config(fn, config, (), [])

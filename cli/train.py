@@ -47,7 +47,7 @@ CAPTIONER_HELP = (
     "vision encoder; DPO 5e-7 (vision 1e-7, SFT's ratio) with beta 0.2. --vision-lr 0 freezes the encoder.\n\n"
     "[bold]Writes[/bold] to --output: the final model and processor (give the folder to [cyan]vi caption-frames "
     "--vlm RUN[/cyan], or to --vlm of the DPO run), checkpoints/checkpoint-N every --save-every steps, and "
-    "log.jsonl (kind train: loss, learning rate; kind eval: held-out loss, for DPO also eval_rewards/accuracies "
+    "log.jsonl (split train: loss, learning rate; split val: held-out loss, for DPO also eval_rewards/accuracies "
     "and eval_rewards/margins; the first eval at step 0). --resume continues from the last checkpoint. bf16 on "
     "GPU; progress goes to stderr.\n\n"
     "[bold]Several GPUs or nodes:[/bold] launch this same command with [cyan]accelerate launch --num_processes "

@@ -68,10 +68,6 @@ class TrainConfig(RunConfig):
                                               "the backward pass: less memory for long sequences.")
     seed: int = run_option("seed", help="Seed of the projector's initialisation and the data order.")
 
-    def __post_init__(self) -> None:
-        if isinstance(self.weights, (list, tuple)):  # a script may give the numbers themselves
-            self.weights = ",".join(repr(float(w)) for w in self.weights)
-
     def mixture_weights(self) -> list[float] | None:
         """--weights as numbers (None: round-robin)."""
         if self.weights is None:
