@@ -144,7 +144,8 @@ def generate_batch(records: list[Record], config: GenerateConfig) -> list[dict |
     for i, record in enumerate(records):
         try:
             path, prompts = check_record(record, generator.config.max_frames)
-            ready.setdefault(len(prompts), []).append((i, read_image(path, size), prompts))
+            image = read_image(path, size)  # before its group exists: a bad line leaves no empty group behind
+            ready.setdefault(len(prompts), []).append((i, image, prompts))
         except RecordError as exc:
             results[i] = exc
     guidance = Guidance(config.steps, config.text_guidance, config.image_guidance, config.eta)

@@ -273,3 +273,21 @@ def test_a_text_to_video_model_converts_to_a_generator_with_its_weights(tmp_path
     frames = ShowHowToGenerator(parts).generate(torch.zeros(1, 3, 16, 16), [["a bowl", "cut it"]], Guidance(steps=2),
                                                 [torch.Generator().manual_seed(0)])
     assert frames.shape == (1, 2, 3, 16, 16) and torch.isfinite(frames).all()
+
+
+def test_a_bad_line_loses_only_itself_even_alone_in_its_length(tmp_path):
+    # A record whose image cannot be read used to leave an empty group of its prompt count behind, and
+    # torch.stack([]) then failed the whole batch, valid records included.
+    from vi.core.errors import RecordError
+    from vi.pipelines.showhowto.generate import GenerateConfig, generate_batch
+
+    model = tiny.build_tiny(tmp_path / "tiny")
+    Image.new("RGB", (40, 40), (200, 30, 30)).save(tmp_path / "scene.png")
+    records = [{"id": "good", "image": str(tmp_path / "scene.png"), "prompts": ["a red scene", "one", "two"]},
+               {"id": "missing", "image": str(tmp_path / "no.png"), "prompts": ["a scene", "one"]},
+               {"id": "alone", "image": str(tmp_path / "scene.png"), "prompts": ["a scene"]}]
+    config = GenerateConfig(model=model, out=tmp_path / "out", steps=2, device="cpu")
+    good, missing, alone = generate_batch(records, config)
+    assert len(good["generated"]["frames"]) == 2 and Path(good["generated"]["strip"]).is_file()
+    assert isinstance(missing, RecordError) and missing.kind == "unreadable_image"
+    assert isinstance(alone, RecordError) and alone.kind == "too_few_prompts"
