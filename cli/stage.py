@@ -156,16 +156,15 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
 
     def decorate(fn):
         params, split = _with_config(fn, config, from_contract, shared)
+        # With a config, the placement options go to it; fn receives them too only where it names them.
+        config_only = {n for n, _, _ in placement
+                       if config is not None and n not in inspect.signature(fn).parameters}
 
         @functools.wraps(fn)
         def command(**kwargs):
             name = command_name(kwargs.pop(CONTEXT_PARAM, None))
             common = {n: kwargs.pop(n) for n, _, _ in _COMMON}
-            placed = {n: kwargs[n] for n, _, _ in placement}
-            if config is not None:  # the config receives them; fn names them only if it wants them too
-                for n in placed:
-                    if n not in inspect.signature(fn).parameters:
-                        kwargs.pop(n)
+            placed = {n: kwargs.pop(n) if n in config_only else kwargs[n] for n, _, _ in placement}
             claim_stdout()  # before any library can print: stdout is for records only
             setup_logging(common["verbose"])
             try:
@@ -178,8 +177,8 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
                     strict=common["strict"], quiet=common["quiet"],
                     seed=common["seed"])
                 seed_everything(opts.seed)
-                fixed = {"seed": opts.seed, **placed}
-                report = fn(opts, **split(kwargs, {n: fixed[n] for n in from_contract}))
+                contract = {"seed": opts.seed, **placed}
+                report = fn(opts, **split(kwargs, {n: contract[n] for n in from_contract}))
             except SetupError as exc:
                 stderr.print(f"[red]{name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None
