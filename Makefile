@@ -199,7 +199,8 @@ progresscaptioner-train: $(STAMPS)/install
 
 # ShowHowTo's generator end to end on the three how-to samples: a dataset of their frames at their
 # annotated steps (vi align-frames | vi export showhowto; make demo shows the LLM stages that find the
-# steps), a tiny random generator at 32x32 (no diffusion, CLIP or DINOv2 weights reach this machine),
+# steps), a tiny random generator in the release's format at 16x16 (no diffusion, CLIP or DINOv2 weights
+# reach this machine),
 # vi train showhowto, vi generate of every sequence from its first frame, then vi eval showhowto of the
 # result and of the copy / random / source baselines (offline: the embedded models stand in for
 # DFN-CLIP and DINOv2). A smoke run of the whole path: three videos teach a tiny model nothing general.
@@ -210,8 +211,8 @@ showhowto-generator: sample
 	$(BIN)/python -m vi.evaluation.showhowto.generator_tiny steps $(OUT)/sample \
 	  | $(VI) align-frames --frames-dir $(GENERATOR)/frames -q \
 	  | $(VI) export showhowto --out $(GENERATOR)/dataset --overwrite
-	$(BIN)/python -m vi.evaluation.showhowto.generator_tiny model $(GENERATOR)/tiny --size 32
-	$(VI) train showhowto --data $(GENERATOR)/dataset --model $(GENERATOR)/tiny -o $(GENERATOR)/run \
+	$(BIN)/python -m vi.evaluation.showhowto.generator_tiny model $(GENERATOR)/tiny --size 16
+	$(VI) train showhowto --data $(GENERATOR)/dataset --init $(GENERATOR)/tiny/tiny.pt -o $(GENERATOR)/run \
 	  --overwrite --steps $(GENERATOR_STEPS) --batch-size 2 --lr 1e-3 --warmup-steps 0 --max-frames 4 \
 	  --cache-latents --eval-every 50 --save-every 100 -q
 	$(VI) generate --dataset $(GENERATOR)/dataset --model $(GENERATOR)/run --out $(GENERATOR)/generated \

@@ -21,9 +21,10 @@ from vi.pipelines.showhowto.generator_data import parse_prompt_file_line
           "frame is the scene, as in ShowHowTo's test protocol; its records keep key, title, video and "
           "source_strip, the sequence's own strip).",
     writes="[cyan]generated[/cyan] = {frames: [OUT/KEY/stepNN.jpg], strip: OUT/KEY/strip.jpg (the scene, then the "
-           "steps), seed, steps, guidance: {text, image}, model}; each record's folder is written whole or not "
-           "at all. The seed of a record is (--seed, id).",
-    example="vi generate --prompt-file prompts.txt --model runs/showhowto --out generated -o generated.jsonl",
+           "steps), seed, steps, guidance, eta, model}; each record's folder is written whole or not at all. The "
+           "seed of a record is (--seed, id). The defaults are the release's predict.py (50 DDIM steps, eta 1, "
+           "guidance 7.5).",
+    example="vi generate --prompt-file prompts.txt --model showhowto_2to8steps.pt --out generated -o generated.jsonl",
     config=gen.GenerateConfig,
 )
 def generate_command(
@@ -33,6 +34,8 @@ def generate_command(
     prompt_file: Annotated[Path | None, typer.Option(
         "--prompt-file", exists=True, dir_okay=False,
         help="Read the release's prompt file instead of records.")] = None,
+    delimiter: Annotated[str, typer.Option(
+        help="--prompt-file: the separator of its fields (predict.py's --delimiter).")] = "|",
     image_root: Annotated[Path | None, typer.Option(
         file_okay=False, exists=True, help="--prompt-file: where its relative image paths start (default: the "
                                            "file's folder).")] = None,
@@ -45,8 +48,10 @@ def generate_command(
         raise ValueError("give one input: -i records, --prompt-file or --dataset")
     if prompt_file is not None:
         lines = prompt_file.read_text().splitlines()
-        records = [{**r, "id": f"{r['id']}:{n}"} for n, line in enumerate(lines, 1)
-                   if (r := parse_prompt_file_line(line, image_root or prompt_file.parent))]
+        parsed = [(n, r) for n, line in enumerate(lines, 1)
+                  if (r := parse_prompt_file_line(line, image_root or prompt_file.parent, delimiter))]
+        # prompt_index: the line's place among the prompt lines, predict.py's output name
+        records = [{**r, "id": f"{r['id']}:{n}", "prompt_index": index} for index, (n, r) in enumerate(parsed)]
         total = lambda: len(records)  # noqa: E731
     elif dataset is not None:
         records = gen.dataset_records(dataset, config.out / "inputs")

@@ -37,7 +37,8 @@ def models_command(
     for column in ("role", "format", "source", "here"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["alias"], row["role"], row["format"], "PyPI" if row["embedded"] else "hub cache",
+        where = "PyPI" if row["embedded"] else "web" if row["install"].startswith("wget") else "hub cache"
+        table.add_row(row["alias"], row["role"], row["format"], where,
                       "[green]yes[/green]" if row["available"] else "[red]no[/red]")
     console.print(table)
     missing = [row for row in rows if not row["available"]]

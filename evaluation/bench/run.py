@@ -380,8 +380,8 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
         with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
                      "train_captioner"):
             results["train_captioner"] = bench_train_captioner(work=work)
-        with section("j. ShowHowTo generator: batched generation, cached latents (tiny model)", results,
-                     "generator"):
+        with section("j. ShowHowTo generator: batched generation, cached latents, vs the release's sampler (tiny)",
+                     results, "generator"):
             results["generator"] = bench_generator(work=work)
         with section("k. vi view: a report of 10,000 records in Chromium", results, "view"):
             results["view"] = bench_view(work=work)

@@ -1,9 +1,9 @@
 """A tiny ShowHowTo generator and a task it can learn on a CPU, for the tests, `make
 showhowto-generator` and the benchmark. No diffusion, CLIP or DINOv2 weights reach these machines.
 
-`build_tiny(DIR)`: the real classes (UNet3DConditionModel, AutoencoderKL, CLIPTextModel,
-CLIPVisionModelWithProjection, ImageProjection, DDPMScheduler) on tiny random configurations,
-the VAE included. A random VAE does not give a frame's colours back (decode(encode(x)) is a
+`build_tiny(DIR)`: the generator's real classes (DynamiCrafter's U-Net, the KL autoencoder, OpenCLIP's
+encoders, the Resampler) on the tiny config tiny_model/tiny.yaml, random, written as a release file
+(DIR/tiny.pt beside DIR/tiny.yaml). A random VAE does not give a frame's colours back (decode(encode(x)) is a
 fixed distortion of x), so the colour task reads generated frames against the palette's frames
 passed through the same VAE (`vae_references`): what a perfect generator would give.
 
@@ -13,7 +13,7 @@ square"); B is named by no prompt and must come from the input image. So a model
 per-frame prompts and keeps the scene paints frame i's square in the colour of prompt i on B.
 `colour_scores` reads that back from the pixels.
 
-    python -m vi.evaluation.showhowto.generator_tiny model DIR [--size 32]
+    python -m vi.evaluation.showhowto.generator_tiny model DIR [--size 16]
     python -m vi.evaluation.showhowto.generator_tiny colours DIR [--sequences 48] [--seed 0]
     python -m vi.evaluation.showhowto.generator_tiny steps SAMPLE_DIR > steps.jsonl
 
@@ -35,44 +35,50 @@ from PIL import Image
 
 SQUARES = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40)}
 BACKGROUNDS = {"black": (20, 20, 20), "white": (235, 235, 235), "purple": (150, 60, 160)}
-TEXT_TOKENS = 8  # "a yellow square" is 5 tokens with CLIP's start and end
 
 
-def build_tiny(folder: Path, size: int = 32, seed: int = 0) -> Path:
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet3DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPVisionConfig, CLIPVisionModelWithProjection
+TINY_CONFIG = Path(__file__).parent / "tiny_model"  # tiny.yaml (lvdm layout) and its OpenCLIP config
 
-    from vi.pipelines.showhowto.generator_model import GeneratorConfig, ImageTokens, Parts, save_parts
 
+def build_tiny(folder: Path, size: int = 16, seed: int = 0, width: int = 32) -> Path:
+    """A tiny random generator in the release's format: FOLDER/tiny.pt (a raw state dict, as
+    showhowto_2to8steps.pt) beside FOLDER/tiny.yaml (its lvdm config, which vi reads for NAME.pt from
+    NAME.yaml) and the OpenCLIP config it names. DynamiCrafter's classes at a few channels (the
+    parity goldens' tiny_model/, with the text and cross-attention `width`: the goldens keep 8 to stay
+    small, the colour task needs 32 to be learned in 1000 steps); frames of `size` px (a multiple of 4:
+    the autoencoder downsamples 4x)."""
+    import json
+
+    import yaml
+
+    from vi.pipelines.showhowto.generator_model import build, read_spec, save_release
+
+    if size % 4:
+        raise ValueError(f"size {size}: a multiple of 4")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((TINY_CONFIG / "tiny.yaml").read_text())
+    params = config["model"]["params"]
+    params["image_size"] = [size // 4, size // 4]
+    params["first_stage_config"]["params"]["ddconfig"]["resolution"] = size
+    params["unet_config"]["params"]["context_dim"] = width
+    params["image_proj_stage_config"]["params"]["output_dim"] = width
+    clip = json.loads((TINY_CONFIG / "vi-tiny-clip.json").read_text())
+    clip["text_cfg"].update(width=width, heads=max(2, width // 8))
+    (folder / "vi-tiny-clip.json").write_text(json.dumps(clip, indent=1) + "\n")
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     torch.manual_seed(seed)
-    width, image_tokens = 32, 2
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(16, 32), layers_per_block=1,
-                        latent_channels=4, norm_num_groups=8, sample_size=size)
-    set_latent_scale(vae, size, seed)
-    unet = UNet3DConditionModel(sample_size=size // 2, in_channels=8, out_channels=4,
-                                down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
-                                up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"), block_out_channels=(16, 32),
-                                layers_per_block=1, norm_num_groups=8, cross_attention_dim=width,
-                                attention_head_dim=8)
-    text = CLIPTextModel(CLIPTextConfig(vocab_size=49408, hidden_size=width, intermediate_size=64,
-                                        num_hidden_layers=2, num_attention_heads=4,
-                                        max_position_embeddings=TEXT_TOKENS, bos_token_id=49406,
-                                        eos_token_id=49407, pad_token_id=0))
-    image = CLIPVisionModelWithProjection(CLIPVisionConfig(image_size=size, patch_size=8, hidden_size=width,
-                                                           intermediate_size=64, num_hidden_layers=2,
-                                                           num_attention_heads=4, projection_dim=width))
-    scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="scaled_linear", beta_start=0.00085,
-                              beta_end=0.012, prediction_type="epsilon", clip_sample=False)
-    config = GeneratorConfig(image_size=size, text_tokens=TEXT_TOKENS, image_tokens=image_tokens, max_frames=16,
-                             tokenizer="open_clip",
-                             sample_posterior=False,
-                             note=f"tiny random (seed {seed}), VAE included: not a pretrained model")
-    parts = Parts(unet=unet, vae=vae, text_encoder=text, image_encoder=image,
-                  image_proj=ImageTokens(width, width, image_tokens), scheduler=scheduler, tokenizer=None,
-                  config=config)
-    save_parts(parts, Path(folder))
-    return Path(folder)
+    model = build(read_spec(folder / "tiny.yaml"))
+    with torch.no_grad():
+        # A trained autoencoder's posterior is narrow; a random one's is not, and its draws would bury
+        # the colours: the log-variance half of quant_conv is set to a constant -20 (std 4.5e-5).
+        quant = model.first_stage_model.quant_conv
+        half = quant.out_channels // 2
+        quant.weight[half:] = 0
+        quant.bias[half:] = -20.0
+    set_latent_scale(model, folder / "tiny.yaml", size, seed)
+    save_release(model, folder / "tiny.pt")
+    return folder / "tiny.pt"
 
 
 def colour_blocks(count: int, size: int, rng: np.random.Generator) -> torch.Tensor:
@@ -87,12 +93,17 @@ def colour_blocks(count: int, size: int, rng: np.random.Generator) -> torch.Tens
     return torch.from_numpy(images).permute(0, 3, 1, 2) / 127.5 - 1
 
 
-def set_latent_scale(vae, size: int, seed: int) -> None:
-    """`scaling_factor` = 1 / the latents' standard deviation over colour-block images, as Stable
+def set_latent_scale(model, config: Path, size: int, seed: int) -> None:
+    """`scale_factor` = 1 / the latents' standard deviation over colour-block images, as Stable
     Diffusion's VAE was given its 0.18215: the diffusion then starts from unit-variance latents."""
+    import yaml
+
     with torch.no_grad():
-        latents = vae.encode(colour_blocks(64, size, np.random.default_rng(seed))).latent_dist.mean
-    vae.register_to_config(scaling_factor=float(1 / latents.std()))
+        moments = model.latent_moments(colour_blocks(64, size, np.random.default_rng(seed)))
+    scale = float(1 / moments[:, :moments.shape[1] // 2].std())
+    data = yaml.safe_load(config.read_text())
+    data["model"]["params"]["scale_factor"] = scale
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def colour_frame(background: str, square: str, size: int) -> Image.Image:
@@ -128,17 +139,18 @@ def make_colour_dataset(root: Path, sequences: int = 48, size: int = 32, seed: i
     return Path(root)
 
 
-def vae_references(generator, size: int) -> dict[tuple[str, str], np.ndarray]:
-    """Every (background, square) frame of the palette through the generator's VAE and back, uint8:
+def vae_references(model, size: int) -> dict[tuple[str, str], np.ndarray]:
+    """Every (background, square) frame of the palette through the generator's autoencoder and back, uint8:
     what the model would give if it generated the exact latents of the frame it should."""
+    from vi.pipelines.showhowto.generator import to_uint8
+
     keys = [(b, s) for b in BACKGROUNDS for s in SQUARES]
     frames = torch.stack([torch.from_numpy(np.asarray(colour_frame(b, s, size), np.float32)).permute(2, 0, 1)
                           for b, s in keys]) / 127.5 - 1
     with torch.no_grad():
-        latents = generator.sample_latents(generator.latent_moments(frames.to(generator.device)))
-        decoded = generator.decode(latents)
-    pixels = ((decoded.float().cpu().permute(0, 2, 3, 1) + 1) * 127.5).round().clamp(0, 255).numpy()
-    return dict(zip(keys, pixels))
+        moments = model.latent_moments(frames.to(model.device))
+        decoded = model.decode(model.sample_latents(moments, torch.zeros_like(moments[:, :moments.shape[1] // 2])))
+    return dict(zip(keys, to_uint8(decoded)))
 
 
 def colour_scores(frames: np.ndarray, squares: list[str], background: str,
@@ -156,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("model", "colours", "steps"))
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--size", type=int, default=16)
     parser.add_argument("--sequences", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

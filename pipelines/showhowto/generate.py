@@ -8,8 +8,9 @@ input image followed by them.
 
 Output per record, written whole or not at all (a hidden folder renamed into place):
 `OUT/<key>/step01.jpg ...` and `OUT/<key>/strip.jpg`; the record gains `generated = {frames, strip,
-seed, steps, guidance: {text, image}, model}`. The seed of a record is (--seed, id), and each
-record has its own noise generator, so its images do not depend on its batch, shard or a resume.
+seed, steps, guidance, eta, model}` (and `official` with --official-names). The seed of a record is
+(--seed, id), and each record has its own noise generator, so its images do not depend on its batch,
+shard or a resume; on a CPU they are the release's predict.py images after `torch.manual_seed(seed)`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
@@ -30,34 +31,51 @@ from vi.pipelines.showhowto.export_writers import safe_key
 STAGE = "generate"
 
 
-def check_model(model: Path) -> Path:
-    """A generator folder or training run (its newest checkpoint), before any record is read."""
+def check_model(model: Path):
+    """A release file (or DynamiCrafter's checkpoint), a vi train showhowto checkpoint or run; checked before
+    any record is read."""
     from vi.core.errors import ModelNotAvailable
-    from vi.pipelines.showhowto.generator_model import CONFIG
-    from vi.pipelines.showhowto.train_generator import latest_checkpoint
+    from vi.pipelines.showhowto.generator_model import resolve_source
 
-    folder = Path(model)
-    found = latest_checkpoint(folder) if folder.is_dir() else None
-    if found is None or not (found / CONFIG).is_file():
-        raise ModelNotAvailable(f"--model {model}: not a ShowHowTo generator (no {CONFIG}) nor a vi train showhowto "
-                                "run with a checkpoint; train one, build the tiny one (python -m "
-                                "vi.evaluation.showhowto.generator_tiny model DIR), or convert DynamiCrafter's "
-                                "weights (docs/showhowto.md)")
-    return found
+    try:
+        resolve_source(Path(model))
+    except FileNotFoundError as exc:
+        raise ModelNotAvailable(f"--model {model}: {exc}; get the release's showhowto_2to8steps.pt (vi models "
+                                "lists where), train one with vi train showhowto, or make the tiny one (python -m "
+                                "vi.evaluation.showhowto.generator_tiny model DIR)") from None
+    return Path(model)
+
+
+def check_model_config(path: Path | None) -> Path | None:
+    """An lvdm YAML, read now: another architecture is exit 2 before any record."""
+    from vi.pipelines.showhowto.generator_model import read_spec
+
+    if path is not None:
+        read_spec(Path(path))
+    return path
 
 
 @dataclass(frozen=True, kw_only=True)
 class GenerateConfig:
-    """The options of `vi generate` (its inputs, -i, --prompt-file or --dataset, are the command's)."""
+    """The options of `vi generate` (its inputs, -i, --prompt-file or --dataset, are the command's).
+    The defaults are the release's predict.py: 50 DDIM steps, eta 1.0, guidance 7.5."""
 
-    # From the command line, the checkpoint check_model finds: a bad --model fails before any record.
     model: Path = option(parse=check_model, show_default=False, help=(
-        "A generator folder (showhowto.json + unet/ vae/ ...) or a vi train showhowto run (its newest checkpoint)."))
+        "The generator: a release file (showhowto_2to8steps.pt; DynamiCrafter's .ckpt), a vi train showhowto "
+        "checkpoint, or a run (its newest checkpoint)."))
+    model_config: Path | None = option(None, parse=check_model_config, exists=True, dir_okay=False, help=(
+        "The model's lvdm config (YAML, the release's layout) when it is not the release's 256 one; default: "
+        "NAME.yaml beside NAME.pt, else the built-in 256 config."))
     out: Path = option(file_okay=False, show_default=False, help="Folder for the images.")
-    steps: int = option(50, min=1, help="DDIM steps.")
-    text_guidance: float = option(7.5, help="Guidance scale of the prompts.")
-    image_guidance: float = option(1.0, help="Guidance scale of the scene image (1: as is).")
-    eta: float = option(0.0, min=0.0, help="DDIM's eta (0: deterministic given the initial noise).")
+    steps: int = option(50, min=1, max=1000, help="DDIM steps.")
+    guidance: float = option(7.5, hidden_aliases=("--text-guidance",), help=(
+        "Classifier-free guidance scale: the prompts and the scene's image tokens against empty prompts and a "
+        "blank image (1: no guidance, one model call per step)."))
+    eta: float = option(1.0, min=0.0, help="DDIM's eta (1.0, the release's; 0: deterministic given the initial "
+                                           "noise).")
+    official_names: bool = option(False, flag="--official-names", help=(
+        "Also write predict.py's output: OUT/{idx:05d}.jpg, every frame the model made side by side (its "
+        "rendering of the scene first), idx the line's place in --prompt-file (else the record's key)."))
     batch_size: int = option(4, min=1, help="Records per model call (records of one length are batched together).")
     device: str = "auto"
     dtype: str = "auto"
@@ -85,24 +103,25 @@ def dataset_records(root: Path, inputs: Path, size: int | None = None) -> list[R
     return records
 
 
-def load_generator(model: Path, device: str, dtype: str):
-    """The generator on the best device, once per process (weights in fp32 on CPU; on a GPU the U-Net
-    and the image projection in the placement's dtype, the VAE and encoders as saved)."""
+def load_generator(model: Path, model_config: Path | None, device: str, dtype: str):
+    """The generator on the best device, once per process: fp32 on a CPU; on a GPU the U-Net, encoders and
+    Resampler in the placement's dtype, the autoencoder in fp32."""
     from vi.core.devices import resolve_placement
+    from vi.core.errors import ModelNotAvailable
     from vi.core.models.cache import load_once
-    from vi.pipelines.showhowto.generator import ShowHowToGenerator
-    from vi.pipelines.showhowto.generator_model import load_parts
+    from vi.pipelines.showhowto.generator_model import load, resolve_source
 
     placement = resolve_placement(device, dtype)
+    source = resolve_source(Path(model), model_config)
 
     def build():
-        generator = ShowHowToGenerator(load_parts(Path(model))).to(placement.device)
-        if placement.kind != "cpu":
-            generator.unet.to(placement.torch_dtype())
-            generator.image_proj.to(placement.torch_dtype())
-        return generator.eval()
+        try:
+            generator = load(source)
+        except ValueError as exc:
+            raise ModelNotAvailable(str(exc)) from None
+        return generator.place(placement.device, placement.torch_dtype())
 
-    return load_once(("showhowto-generator", str(Path(model).resolve()), placement), build)
+    return load_once(("showhowto-generator", str(source), placement), build)
 
 
 def check_record(record: Record, max_frames: int) -> tuple[Path, list[str]]:
@@ -124,64 +143,75 @@ def check_record(record: Record, max_frames: int) -> tuple[Path, list[str]]:
 
 
 def read_image(path: Path, size: int) -> Image.Image:
+    """The scene as predict.py prepares it: the centred square (integer halves), resized to the model's
+    size with PIL's default filter (bicubic)."""
     try:
         with Image.open(path) as image:
-            return ImageOps.fit(image.convert("RGB"), (size, size), Image.BICUBIC)
+            image = image.convert("RGB")
     except (OSError, ValueError) as exc:
         raise RecordError("unreadable_image", f"field `image`: {path} cannot be read as an image ({exc})") from None
+    w, h = image.size
+    if w > h:
+        image = image.crop(((w - h) // 2, 0, h + (w - h) // 2, h))
+    elif h > w:
+        image = image.crop((0, (h - w) // 2, w, w + (h - w) // 2))
+    return image.resize((size, size))
 
 
 def generate_batch(records: list[Record], config: GenerateConfig) -> list[dict | Exception]:
     """One result per record; records of one length share model calls."""
     import torch
 
-    from vi.pipelines.showhowto.generator import Guidance
+    from vi.pipelines.showhowto.generator import Sampling, generate, to_uint8
 
-    generator = load_generator(config.model, config.device, config.dtype)
-    size = generator.config.image_size
+    generator = load_generator(config.model, config.model_config, config.device, config.dtype)
+    size = generator.spec.image_size
     results: list[dict | Exception] = [None] * len(records)  # type: ignore[list-item]
     ready: dict[int, list[tuple[int, Image.Image, list[str]]]] = {}
     for i, record in enumerate(records):
         try:
-            path, prompts = check_record(record, generator.config.max_frames)
+            path, prompts = check_record(record, generator.spec.max_frames)
             image = read_image(path, size)  # before its group exists: a bad line leaves no empty group behind
             ready.setdefault(len(prompts), []).append((i, image, prompts))
         except RecordError as exc:
             results[i] = exc
-    guidance = Guidance(config.steps, config.text_guidance, config.image_guidance, config.eta)
+    sampling = Sampling(config.steps, config.guidance, config.eta)
     for group in ready.values():
         pixels = torch.stack([torch.from_numpy(np.asarray(image, np.float32)).permute(2, 0, 1) for _, image, _ in group])
         seeds = [record_seed(config.seed, records[i]["id"]) for i, _, _ in group]
-        noise = [torch.Generator(device=generator.device).manual_seed(s) for s in seeds]
-        frames = generator.generate((pixels / 127.5 - 1).to(generator.device), [p for _, _, p in group], guidance,
-                                    noise)
+        noise = [torch.Generator().manual_seed(s) for s in seeds]
+        frames = generate(generator, pixels / (255 / 2) - 1, [p for _, _, p in group], sampling, noise)
         for (i, image, _), seed, sequence in zip(group, seeds, frames):
-            images = [Image.fromarray(f) for f in to_uint8(sequence[1:])]
-            results[i] = {"generated": {**write_sequence(config, records[i]["id"], image, images), "seed": seed,
-                                        "steps": config.steps,
-                                        "guidance": {"text": config.text_guidance, "image": config.image_guidance},
-                                        "model": str(config.model)}}
+            images = [Image.fromarray(f) for f in to_uint8(sequence)]
+            written = write_sequence(config, records[i], image, images)
+            results[i] = {"generated": {**written, "seed": seed, "steps": config.steps, "guidance": config.guidance,
+                                        "eta": config.eta, "model": str(config.model)}}
     return results
 
 
-def to_uint8(frames) -> list[np.ndarray]:
-    """(T, 3, H, W) frames in [-1, 1] -> T uint8 (H, W, 3) arrays."""
-    pixels = ((frames.float().cpu().permute(0, 2, 3, 1) + 1) * 127.5).round().clamp(0, 255)
-    return list(pixels.numpy().astype(np.uint8))
-
-
-def write_sequence(config: GenerateConfig, record_id: str, scene: Image.Image, images: list[Image.Image]) -> dict:
-    """OUT/<key>/stepNN.jpg + strip.jpg, renamed into place whole."""
+def write_sequence(config: GenerateConfig, record: Record, scene: Image.Image, images: list[Image.Image]) -> dict:
+    """OUT/<key>/stepNN.jpg + strip.jpg (the scene, then the steps), renamed into place whole; with
+    --official-names also predict.py's strip of every frame the model made, OUT/{idx:05d}.jpg."""
     from vi.pipelines.showhowto.export import make_strip
 
-    key = safe_key(str(record_id))
+    key = safe_key(str(record["id"]))
     final, partial = config.out / key, config.out / f".{key}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    names = [f"step{i:02d}.jpg" for i in range(1, len(images) + 1)]
-    for name, image in zip(names, images):
+    steps = images[1:]  # frame 0 is the model's rendering of the scene
+    names = [f"step{i:02d}.jpg" for i in range(1, len(steps) + 1)]
+    for name, image in zip(names, steps):
         image.save(partial / name, quality=config.jpeg_quality)
-    make_strip([scene, *images], scene.height).save(partial / "strip.jpg", quality=config.jpeg_quality)
+    make_strip([scene, *steps], scene.height).save(partial / "strip.jpg", quality=config.jpeg_quality)
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
-    return {"frames": [str(final / n) for n in names], "strip": str(final / "strip.jpg")}
+    written = {"frames": [str(final / n) for n in names], "strip": str(final / "strip.jpg")}
+    if config.official_names:
+        index = record.get("prompt_index")
+        name = f"{index:05d}.jpg" if isinstance(index, int) else f"{key}.jpg"
+        official = config.out / name
+        tmp = config.out / f".{name}.partial.jpg"
+        Image.fromarray(np.concatenate([np.asarray(i) for i in images], axis=1)).save(tmp)
+        tmp.replace(official)  # PIL's default JPEG quality, as predict.py saves
+        written["official"] = str(official)
+    return written

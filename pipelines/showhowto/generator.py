@@ -1,166 +1,144 @@
-"""The generator as one module: conditions, the training loss, and sampling (see generator_model
-for the parts and the per-frame prompt mechanism).
+"""Sampling and the training loss of ShowHowTo's generator, as the release computes them.
 
-Frames are tensors in [-1, 1], shape (batch, frames, 3, H, W). Frame 0 of a sequence is the input
-image I_0; its latent is concatenated to every frame's noisy latent, and the model denoises all
-frames, frame 0 included (as DynamiCrafter does); a generated sequence's steps are frames 1..n.
+Conditions (the release's predict.py and train.py):
+- every frame f gets the context row `[tokens of prompt f (77) | the scene's image tokens]`;
+- the scene image's latent (a posterior draw) is concatenated to every frame's noisy latent;
+- the frame stride `fs` is 1;
+- unconditional = empty prompts and the image tokens of an all-zero image; the scene latent stays.
+Guidance is `eps_u + s (eps_c - eps_u)`, one scale (7.5 by default).
 
-Guidance follows DynamiCrafter's two conditions: with eps(image, text),
-    eps = eps(-, -) + s_img (eps(I, -) - eps(-, -)) + s_txt (eps(I, T) - eps(I, -))
-where "-" is the dropped condition (zeros for the image, empty prompts for the text), the same
-drop training applies with `drop_text` and `drop_image` probability.
+DDIM (the release's sampler, `uniform` spacing): timesteps `range(0, 1000, 1000 // steps) + 1`
+(the first `steps` of them),
+alphas from the model's `alphas_cumprod`, `sigma = eta sqrt((1 - a_prev) / (1 - a) (1 - a / a_prev))`,
+eta 1.0 by default; every step draws noise (also at eta 0, where it is multiplied by 0).
+
+Random numbers, per sequence and in the release's order, from that sequence's own generator (so a
+sequence's images depend on its seed only, not on its batch): one posterior draw per frame of the
+scene's latent (the release encodes the scene repeated over the frames and keeps frame 0's), the
+initial noise, then each step's noise. On a CPU, a generator seeded S gives the release's numbers
+after `torch.manual_seed(S)`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from vi.pipelines.showhowto.generator_model import Parts
+from vi.pipelines.showhowto.generator_model import ShowHowToModel
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+FRAME_STRIDE = 1  # what the release passes as `fs`, in training and in predict.py
 
 
-@dataclass
-class Guidance:
+@dataclass(frozen=True)
+class Sampling:
     steps: int = 50
-    text: float = 7.5
-    image: float = 1.0  # 1: the image condition as is (no extrapolation)
-    eta: float = 0.0  # DDIM's stochasticity
+    guidance: float = 7.5
+    eta: float = 1.0
 
 
-class ShowHowToGenerator(nn.Module):
-    def __init__(self, parts: Parts):
-        super().__init__()
-        self.parts = parts
-        self.unet, self.image_proj = parts.unet, parts.image_proj  # trained
-        self.vae, self.text_encoder, self.image_encoder = parts.vae, parts.text_encoder, parts.image_encoder
-        for frozen in (self.vae, self.text_encoder, self.image_encoder):
-            frozen.requires_grad_(False)
-            frozen.eval()
-        self.config = parts.config
-        self.noise = parts.scheduler
+@dataclass(frozen=True)
+class DDIMSchedule:
+    timesteps: np.ndarray  # increasing, as the release lists them
+    alphas: torch.Tensor  # float32 scalars per index, as the release rounds them
+    alphas_prev: torch.Tensor
+    sigmas: torch.Tensor
+    sqrt_one_minus_alphas: torch.Tensor
 
-    def trainable(self) -> list[nn.Parameter]:
-        return [p for m in (self.unet, self.image_proj) for p in m.parameters() if p.requires_grad]
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.unet.parameters()).device
+def ddim_schedule(alphas_cumprod: torch.Tensor, steps: int, eta: float) -> DDIMSchedule:
+    total = len(alphas_cumprod)
+    if not 1 <= steps <= total:
+        raise ValueError(f"--steps must be in 1..{total}, got {steps}")
+    # the release's range(0, total, total // steps) + 1; when steps does not divide total that range has
+    # one more entry and the release indexes past its schedule: here it stops at `steps` entries
+    timesteps = np.arange(steps) * (total // steps) + 1
+    cumprod = alphas_cumprod.detach().float().cpu()
+    alphas = cumprod[timesteps]
+    alphas_prev = torch.cat([cumprod[:1], cumprod[timesteps[:-1]]])
+    a, a_prev = alphas.double(), alphas_prev.double()
+    sigmas = eta * torch.sqrt((1 - a_prev) / (1 - a) * (1 - a / a_prev))
+    return DDIMSchedule(timesteps, alphas, alphas_prev, sigmas.float(), torch.sqrt(1.0 - alphas))
 
-    # --- frozen encoders -----------------------------------------------------------------------
 
-    @torch.no_grad()
-    def encode_prompts(self, prompts: list[list[str]]) -> torch.Tensor:
-        """(batch, frames * text_tokens, width): every frame's prompt tokens side by side."""
-        frames = {len(p) for p in prompts}
-        if len(frames) != 1:
-            raise ValueError(f"a batch holds sequences of one length, got {sorted(frames)}")
-        flat = [text for sequence in prompts for text in sequence]
-        ids = self.parts.tokenizer(flat).to(self.device)
-        states = self.text_encoder(input_ids=ids).last_hidden_state
-        return states.reshape(len(prompts), -1, states.shape[-1])
+def _randn(shape: tuple, generators: list[torch.Generator]) -> torch.Tensor:
+    """One draw per sequence from its own generator (on the CPU: the same numbers on every device)."""
+    return torch.cat([torch.randn((1, *shape), generator=g) for g in generators])
 
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """CLIP image embeddings of (batch, 3, H, W) frames in [-1, 1]."""
-        size = self.image_encoder.config.image_size
-        x = F.interpolate((images + 1) / 2, size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
-        mean = torch.tensor(CLIP_MEAN, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
-        std = torch.tensor(CLIP_STD, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
-        return self.image_encoder(pixel_values=((x - mean) / std).to(self.image_encoder.dtype)).image_embeds
 
-    @torch.no_grad()
-    def latent_moments(self, frames: torch.Tensor) -> torch.Tensor:
-        """The VAE posterior (mean, logvar) of (n, 3, H, W) frames: (n, 2C, h, w), cacheable."""
-        return self.vae.encode(frames.to(self.vae.dtype)).latent_dist.parameters
-
-    def sample_latents(self, moments: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        mean, logvar = moments.chunk(2, dim=1)
-        if not self.config.sample_posterior:
-            return mean * self.vae.config.scaling_factor
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        return (mean + torch.exp(0.5 * logvar.clamp(-30, 20)) * noise) * self.vae.config.scaling_factor
-
-    @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """(n, C, h, w) scaled latents -> (n, 3, H, W) frames in [-1, 1]."""
-        return self.vae.decode(latents / self.vae.config.scaling_factor).sample.clamp(-1, 1)
-
-    # --- the denoiser --------------------------------------------------------------------------
-
-    def conditions(self, image_embeds: torch.Tensor, text_states: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.image_proj(image_embeds).to(text_states.dtype), text_states], dim=1)
-
-    def denoise(self, noisy: torch.Tensor, timesteps: torch.Tensor, first: torch.Tensor,
-                states: torch.Tensor) -> torch.Tensor:
-        """noisy (B, C, T, h, w), first = I_0's latent (B, C, h, w) -> the U-Net's prediction."""
-        concat = first.unsqueeze(2).expand(-1, -1, noisy.shape[2], -1, -1)
-        return self.unet(torch.cat([noisy, concat], dim=1), timesteps, encoder_hidden_states=states).sample
-
-    def forward(self, *args, **kwargs) -> torch.Tensor:
-        """The training loss (what accelerate's DDP wrapper calls)."""
-        return self.loss(*args, **kwargs)
-
-    def loss(self, latents: torch.Tensor, image_embeds: torch.Tensor, text_states: torch.Tensor,
-             empty_text: torch.Tensor, drop_text: torch.Tensor, drop_image: torch.Tensor,
-             generator: torch.Generator | None = None) -> torch.Tensor:
-        """The diffusion loss of latents (B, C, T, h, w) whose frame 0 is I_0; `drop_*` are (B,)
-        booleans saying which samples lose that condition (classifier-free guidance training)."""
-        batch = latents.shape[0]
-        noise = torch.randn(latents.shape, generator=generator, device=latents.device, dtype=latents.dtype)
-        timesteps = torch.randint(0, self.noise.config.num_train_timesteps, (batch,), generator=generator,
-                                  device=latents.device)
-        noisy = self.noise.add_noise(latents, noise, timesteps)
-        keep_image = (~drop_image).to(latents.dtype)
-        first = latents[:, :, 0] * keep_image.view(-1, 1, 1, 1)
-        text = torch.where(drop_text.view(-1, 1, 1), empty_text.expand_as(text_states), text_states)
-        states = self.conditions(image_embeds * keep_image.view(-1, 1), text)
-        prediction = self.denoise(noisy, timesteps, first, states)
-        if self.noise.config.prediction_type == "v_prediction":
-            target = self.noise.get_velocity(latents, noise, timesteps)
+@torch.no_grad()
+def generate(model: ShowHowToModel, images: torch.Tensor, prompts: list[list[str]], sampling: Sampling,
+             generators: list[torch.Generator]) -> torch.Tensor:
+    """images (B, 3, H, W) in [-1, 1], prompts B lists of T texts (the scene's description first),
+    one CPU generator per sequence -> frames (B, T, 3, H, W) in [-1, 1] (unclamped, as decoded);
+    frame 0 is the model's rendering of the scene."""
+    batch, frames = images.shape[0], len(prompts[0])
+    if any(len(p) != frames for p in prompts):
+        raise ValueError("a batch holds sequences of one length")
+    device = model.device
+    images = images.to(device)
+    tokens = model.image_tokens(images)
+    empty_tokens = model.image_tokens(torch.zeros_like(images))
+    text = model.encode_text([t for sequence in prompts for t in sequence])
+    empty = model.encode_text([""]).expand(batch * frames, -1, -1)
+    cond = torch.cat([text, tokens.repeat_interleave(frames, dim=0)], dim=1)
+    uncond = torch.cat([empty, empty_tokens.repeat_interleave(frames, dim=0)], dim=1)
+    moments = model.latent_moments(images)
+    channels, h, w = moments.shape[1] // 2, moments.shape[2], moments.shape[3]
+    # the release draws a posterior sample for each of the T copies of the scene and keeps the first
+    draws = torch.stack([torch.cat([torch.randn((1, channels, h, w), generator=g) for _ in range(frames)])
+                         for g in generators])
+    scene = model.sample_latents(moments, draws[:, 0].to(device))
+    schedule = ddim_schedule(model.alphas_cumprod, sampling.steps, sampling.eta)
+    x = _randn((channels, frames, h, w), generators).to(device)
+    fs = torch.full((batch,), FRAME_STRIDE, dtype=torch.long, device=device)
+    guided = sampling.guidance != 1.0
+    context = torch.cat([cond, uncond]) if guided else cond
+    for index in reversed(range(len(schedule.timesteps))):
+        t = torch.full((batch,), int(schedule.timesteps[index]), dtype=torch.long, device=device)
+        if guided:
+            eps_c, eps_u = model.denoise(torch.cat([x, x]), torch.cat([t, t]), torch.cat([scene, scene]), context,
+                                         torch.cat([fs, fs])).chunk(2)
+            eps = eps_u + sampling.guidance * (eps_c - eps_u)
         else:
-            target = noise
-        return F.mse_loss(prediction.float(), target.float())
+            eps = model.denoise(x, t, scene, context, fs)
+        a_t, a_prev = schedule.alphas[index].item(), schedule.alphas_prev[index].item()
+        sigma, sqrt_one_minus = schedule.sigmas[index].item(), schedule.sqrt_one_minus_alphas[index].item()
+        pred_x0 = (x - sqrt_one_minus * eps) / torch.tensor(a_t).sqrt().item()
+        direction = torch.tensor(1.0 - a_prev - sigma ** 2).sqrt().item() * eps
+        noise = _randn((channels, frames, h, w), generators).to(device)  # drawn at every step, as released
+        x = torch.tensor(a_prev).sqrt().item() * pred_x0 + direction + sigma * noise
+    flat = x.transpose(1, 2).reshape(batch * frames, channels, h, w)
+    return model.decode(flat).reshape(batch, frames, 3, images.shape[-2], images.shape[-1])
 
-    @torch.no_grad()
-    def generate(self, images: torch.Tensor, prompts: list[list[str]], guidance: Guidance,
-                 generators: list[torch.Generator]) -> torch.Tensor:
-        """images (B, 3, H, W) in [-1, 1], prompts B lists of T texts (tau_0 first) -> frames
-        (B, T, 3, H, W) in [-1, 1]; frame 0 is the model's own rendering of the input image.
-        One generator per sequence, so a sequence's result does not depend on its batch."""
-        from diffusers import DDIMScheduler
 
-        scheduler = DDIMScheduler.from_config(self.noise.config)
-        scheduler.set_timesteps(guidance.steps, device=self.device)
-        batch, frames = images.shape[0], len(prompts[0])
-        dtype = next(self.unet.parameters()).dtype
-        moments = self.latent_moments(images)
-        first = torch.cat([self.sample_latents(moments[i:i + 1], generators[i]) for i in range(batch)])
-        text = self.encode_prompts(prompts).to(dtype)
-        empty = self.encode_prompts([[""] * frames] * batch).to(dtype)
-        embeds = self.encode_image(images).to(dtype)
-        both = self.conditions(embeds, text)
-        image_only = self.conditions(embeds, empty)
-        neither = self.conditions(torch.zeros_like(embeds), empty)
-        channels, h, w = first.shape[1:]
-        latents = torch.stack([torch.randn((channels, frames, h, w), generator=g, device=self.device)
-                               for g in generators]).to(dtype) * scheduler.init_noise_sigma
-        for t in scheduler.timesteps:
-            model_in = scheduler.scale_model_input(latents, t)
-            stacked = torch.cat([model_in] * 3)
-            firsts = torch.cat([first, first, torch.zeros_like(first)]).to(dtype)
-            eps_both, eps_image, eps_none = self.denoise(stacked, t.expand(3 * batch), firsts,
-                                                         torch.cat([both, image_only, neither])).chunk(3)
-            eps = eps_none + guidance.image * (eps_image - eps_none) + guidance.text * (eps_both - eps_image)
-            latents = torch.stack([scheduler.step(eps[i:i + 1], t, latents[i:i + 1], eta=guidance.eta,
-                                                  generator=generators[i]).prev_sample[0]
-                                   for i in range(batch)]) if guidance.eta > 0 else \
-                scheduler.step(eps, t, latents).prev_sample
-        flat = latents.permute(0, 2, 1, 3, 4).reshape(batch * frames, channels, h, w)
-        return self.decode(flat.float() if self.vae.dtype == torch.float32 else flat).reshape(
-            batch, frames, 3, images.shape[-2], images.shape[-1])
+def to_uint8(frames: torch.Tensor) -> list[np.ndarray]:
+    """(T, 3, H, W) frames -> T uint8 (H, W, 3) arrays, as predict.py converts: clamp to [-1, 1], then
+    (x + 1) * 255 / 2 truncated (not rounded)."""
+    pixels = frames.detach().float().cpu().clamp(-1, 1).add(1).mul(255 / 2).to(torch.uint8)
+    return list(pixels.permute(0, 2, 3, 1).numpy())
+
+
+def conditions(model: ShowHowToModel, prompts: list[list[str]], tokens: torch.Tensor,
+               text_states: torch.Tensor | None = None) -> torch.Tensor:
+    """The context rows of B sequences of T frames: each frame's prompt tokens, then the sequence's image
+    tokens (B, queries, dim)."""
+    frames = len(prompts[0])
+    if text_states is None:
+        text_states = model.encode_text([t for sequence in prompts for t in sequence])
+    return torch.cat([text_states, tokens.repeat_interleave(frames, dim=0).to(text_states)], dim=1)
+
+
+def diffusion_loss(model: ShowHowToModel, latents: torch.Tensor, context: torch.Tensor,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """The release's training loss: latents (B, C, T, h, w) (frame 0 the scene), a uniform timestep per
+    sequence, eps-prediction MSE averaged per sequence then over the batch."""
+    batch = latents.shape[0]
+    noise = torch.randn(latents.shape, generator=generator, device=latents.device, dtype=latents.dtype)
+    t = torch.randint(0, len(model.alphas_cumprod), (batch,), generator=generator, device=latents.device)
+    noisy = model.q_sample(latents, t, noise)
+    fs = torch.full((batch,), FRAME_STRIDE, dtype=torch.long, device=latents.device)
+    prediction = model.denoise(noisy, t, latents[:, :, 0], context, fs)
+    return F.mse_loss(prediction.float(), noise.float(), reduction="none").mean(dim=(1, 2, 3, 4)).mean()

@@ -105,14 +105,17 @@ def _tar_members(path: Path) -> Iterator[tuple[str, bytes, dict]]:
             yield key, parts["jpg"], json.loads(parts["json"])
 
 
-def parse_prompt_file_line(line: str, base: Path) -> dict | None:
-    """A line of the release's prompt file as a `vi generate` record (None for comments and blanks):
-    `image|prompt for the input frame|prompt for step 1|...`; a relative image path is read from `base`."""
-    text = line.strip()
-    if not text or text.startswith("#"):
+def parse_prompt_file_line(line: str, base: Path, delimiter: str = PROMPT_FILE_SEPARATOR) -> dict | None:
+    """A line of the release's prompt file as a `vi generate` record (None for comments and blanks), read
+    as predict.py reads it: `image<d>prompt for the input frame<d>prompt for step 1<d>...`, each prompt
+    stripped of spaces and double quotes; a relative image path is read from `base`."""
+    if not line.strip() or line.startswith("#"):
         return None
-    image, *prompts = [part.strip() for part in text.split(PROMPT_FILE_SEPARATOR)]
+    # a line without the delimiter is a record without prompts: its own error record (too_few_prompts)
+    image, rest = line.split(delimiter, 1) if delimiter in line else (line, None)
+    image = image.strip()
     path = Path(image)
     if not path.is_absolute():
         path = base / path
-    return {"id": Path(image).stem, "image": str(path), "prompts": prompts}
+    return {"id": Path(image).stem, "image": str(path),
+            "prompts": [p.strip().strip('"') for p in rest.split(delimiter)] if rest is not None else []}

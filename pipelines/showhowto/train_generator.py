@@ -1,78 +1,92 @@
-"""`vi train showhowto`: fine-tune ShowHowTo's generator (the U-Net and the image-token projection;
-the VAE and the CLIP encoders stay frozen) on datasets `vi export showhowto` wrote.
+"""`vi train showhowto`: fine-tune ShowHowTo's generator as the release's train.py does, on datasets
+`vi export showhowto` wrote, starting from a release file (DynamiCrafter's `dynamicrafter_256_v1.ckpt`,
+or ShowHowTo's weights) or a vi checkpoint.
 
-Batches (paper Sec. 4): every step draws one length k in [--min-frames, --max-frames] (at most the
-longest sequence), then sequences at least k long, each cut to k consecutive frames from a random
-start; frame 0 of the cut is the input image, its prompt tau_0. The draw depends on (seed, step,
-micro step) only, and so does the noise, so a resumed run continues the same loss curve.
-`--prompts joined` is the paper's ablation: every frame gets the cut's prompts joined into one.
+The release's recipe, the defaults here: only the U-Net learns (the autoencoder, the OpenCLIP encoders
+and the Resampler stay frozen); AdamW at 2e-5 with a cosine schedule after a linear warm-up; every
+step trains one batch of each length 2..--max-frames (8), one optimizer update per length (`--lengths
+all`; `random` draws one length per step instead); each sequence is cut to k consecutive frames from
+a random start, frame 0 of the cut the scene image, its prompt tau_0; eps-prediction MSE with a
+uniform timestep; frame stride 1; no condition dropped (`--drop-text`, `--drop-image` drop them for
+classifier-free guidance, as DynamiCrafter's own training did). `--prompts joined` is the paper's
+ablation: every frame gets the cut's prompts joined into one.
 
-The recipe: AdamW, linear warm-up then a constant rate (DynamiCrafter's fine-tuning), gradient
-clipping and accumulation, classifier-free-guidance dropout of the text (`--drop-text`) and of the
-image (`--drop-image`), an optional EMA of the weights (`--ema DECAY`: checkpoints then hold the EMA
-weights to generate with), bf16/fp16 autocast on GPU, gradient checkpointing, and accelerate for
-several GPUs or nodes (DDP; every process draws the global batch and keeps its slice).
-`--cache-latents` runs the frozen encoders once per frame and prompt (VAE posterior, CLIP image
-embedding, CLIP text states) and keeps them in memory instead of at every step.
+Added for running it anywhere: the batches, noise and dropped conditions depend on (seed, step,
+length, micro step) only, so a resumed run continues the same loss curve; gradient accumulation and
+clipping; an optional EMA (`--ema DECAY`: checkpoints then hold the EMA weights to generate with);
+bf16/fp16 autocast and gradient checkpointing on GPU; accelerate for several GPUs or nodes (each
+process draws the global batch and keeps its slice); `--cache-latents` runs the frozen encoders once
+per frame and prompt.
 
-The run folder, the log and the loop are `vi.core.training`'s. The run folder: `base/` (the frozen
-parts, linked or copied once), `checkpoints/step-N/` (a model folder `vi generate` loads: unet/,
-image_proj/, showhowto.json naming ../../base; plus `training/` with the optimizer, scheduler, EMA
-and step), `log.jsonl`.
+The run folder, the log and the loop are `vi.core.training`'s: `checkpoints/step-N/` is a checkpoint
+`vi generate` loads (`unet.pt` + `showhowto.json`, which names the base file and model config) plus
+`training/` (optimizer, scheduler, EMA, step), and `log.jsonl`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from vi.core.config import option, with_default
 from vi.core.progress import stderr
 from vi.core.seeding import record_seed, seed_everything
-from vi.core.training import (CHECKPOINTS, DATA, MODEL, OPTIM, RUN, STATE, RunConfig, TrainingLoop, claim_run,
-                              make_accelerator, mixed_precision_option, run_option)
-from vi.core.training import latest_checkpoint as latest_in_run
-from vi.pipelines.showhowto.generator import ShowHowToGenerator
+from vi.core.training import (DATA, MODEL, OPTIM, RUN, STATE, RunConfig, TrainingLoop, claim_run, make_accelerator,
+                              mixed_precision_option, run_option)
+from vi.pipelines.showhowto.generator import conditions, diffusion_loss
 from vi.pipelines.showhowto.generator_data import DatasetSequence, read_dataset
-from vi.pipelines.showhowto.generator_model import CONFIG, FROZEN, TRAINED, load_parts, save_parts
+from vi.pipelines.showhowto.generator_model import ShowHowToModel, load, resolve_source, save_checkpoint
 
-TRAINING = "training"  # a checkpoint's training state, beside the model folder vi generate loads
+TRAINING = "training"  # a checkpoint's training state, beside the model files vi generate loads
 PROMPTS = ("per-frame", "joined")
+LENGTHS = ("all", "random")
+SCHEDULES = ("cosine", "constant")
 
 
 @dataclass(kw_only=True)
 class GeneratorTrainConfig(RunConfig):
-    """The options of `vi train showhowto`."""
+    """The options of `vi train showhowto` (defaults: the release's train.py)."""
 
     data: list[Path] = option(default_factory=list, flag="--data", exists=True, file_okay=False,
                               help="A vi export showhowto folder (repeatable).", panel=DATA, show_default=False)
-    model: Path = option(exists=True, file_okay=False, help="The generator to start from: a model folder (docs/showhowto.md: "
-                         "converting DynamiCrafter) or a checkpoint.", panel=MODEL, show_default=False)
+    init: Path = option(exists=True, hidden_aliases=("--model",), show_default=False, panel=MODEL, help=(
+        "The weights to start from: a release file (DynamiCrafter's dynamicrafter_256_v1.ckpt, as the paper; "
+        "showhowto_2to8steps.pt) or a vi train showhowto checkpoint or run."))
+    model_config: Path | None = option(None, exists=True, dir_okay=False, panel=MODEL, help=(
+        "Its lvdm config (YAML) when not the release's 256 one; default: NAME.yaml beside NAME.pt, else "
+        "built in."))
     val: list[Path] = option(default_factory=list, flag="--val", exists=True, file_okay=False,
                              help="A held-out dataset folder.", panel=DATA)
     val_fraction: float = option(0.0, min=0.0, max=0.9, help="Hold out this fraction of the videos (a stable hash).",
                                  panel=DATA)
     min_frames: int = option(2, min=2, help="Shortest cut (the input frame and one step).", panel=DATA)
-    # ShowHowTo: training on <= 8 consecutive steps was best
-    max_frames: int = option(8, min=2, help="Longest cut.", panel=DATA)
+    max_frames: int = option(8, min=2, hidden_aliases=("--max-seq-len",), panel=DATA,
+                             help="Longest cut (the release's --max_seq_len).")
+    lengths: str = option("all", panel=DATA, help=(
+        "all: every length min..max at each step, one update per length (the release); random: one length "
+        "drawn per step."))
     prompts: str = option("per-frame", help="per-frame (each frame its own prompt, the paper's model) or joined "
                           "(every frame the cut's prompts joined: the ablation).", panel=MODEL)
     cache_latents: bool = option(False, flag="--cache-latents", help="Run the frozen encoders once per frame and "
                                  "prompt and keep their outputs in memory.", panel=DATA)
-    steps: int = option(1000, min=1, help="Optimizer steps.", panel=OPTIM)
-    batch_size: int = option(4, min=1, help="Sequences per process and micro step.", panel=OPTIM)
-    lr: float = option(1e-5, min=0.0, help="AdamW learning rate (constant after warm-up).", panel=OPTIM)
+    steps: int = option(1000, min=1, help="Steps (each one update per length with --lengths all).", panel=OPTIM)
+    batch_size: int = option(1, min=1, help="Sequences per process, length and micro step (the release: 1 per "
+                             "GPU).", panel=OPTIM)
+    lr: float = option(2e-5, min=0.0, help="AdamW learning rate (peak).", panel=OPTIM)
+    schedule: str = option("cosine", panel=OPTIM, help="cosine (to 0 at the last step, the release) or constant, "
+                           "after the warm-up.")
+    warmup_steps: int | None = option(None, min=0, panel=OPTIM, help=(
+        "Linear warm-up steps (default: --steps / 200, the release's one epoch of 200)."))
     weight_decay: float = with_default(RunConfig, "weight_decay", 1e-2)
-    warmup_steps: int = option(100, min=0, help="Linear warm-up steps.", panel=OPTIM)
-    drop_text: float = option(0.05, min=0.0, max=1.0, help="Probability of training without the prompts.",
+    drop_text: float = option(0.0, min=0.0, max=1.0, help="Probability of training without the prompts.",
                               panel=OPTIM)
-    drop_image: float = option(0.05, min=0.0, max=1.0, help="Probability of training without the image.",
-                               panel=OPTIM)
+    drop_image: float = option(0.0, min=0.0, max=1.0, help="Probability of training without the scene's image "
+                               "tokens.", panel=OPTIM)
     ema: float = option(0.0, min=0.0, max=0.99999, help="EMA decay of the weights (0: off); checkpoints then hold "
                         "the EMA weights.", panel=OPTIM)
     gradient_checkpointing: bool = run_option("gradient_checkpointing", help="Recompute the U-Net's activations in "
@@ -87,10 +101,16 @@ class GeneratorTrainConfig(RunConfig):
         if not 2 <= self.min_frames <= self.max_frames:
             raise ValueError(f"--min-frames {self.min_frames} --max-frames {self.max_frames}: need "
                              "2 <= min <= max (frame 0 is the input image, so a sequence has a step)")
-        if self.prompts not in PROMPTS:
-            raise ValueError(f"--prompts must be one of {', '.join(PROMPTS)}, got {self.prompts!r}")
+        for name, value, allowed in (("--prompts", self.prompts, PROMPTS), ("--lengths", self.lengths, LENGTHS),
+                                     ("--schedule", self.schedule, SCHEDULES)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if not 0 <= self.ema < 1:
             raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {self.ema}")
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else self.steps // 200
 
 
 def split(sequences: list[DatasetSequence], fraction: float, seed: int) -> tuple[list, list]:
@@ -102,7 +122,7 @@ def split(sequences: list[DatasetSequence], fraction: float, seed: int) -> tuple
 
 
 class Batches:
-    """The deterministic batch of a step: (sequences, start of each cut, k)."""
+    """The deterministic batches of a step: for each length k of the step, (sequences, start of each cut)."""
 
     def __init__(self, sequences: list[DatasetSequence], config: GeneratorTrainConfig):
         self.sequences, self.config = sequences, config
@@ -111,94 +131,127 @@ class Batches:
             raise ValueError(f"no training sequence has --min-frames {config.min_frames} frames (the longest has "
                              f"{self.longest})")
 
-    def draw(self, step: int, micro: int, size: int) -> tuple[list[DatasetSequence], list[int], int]:
-        rng = random.Random(f"{self.config.seed}:{step}:{micro}")
-        k = rng.randint(self.config.min_frames, min(self.config.max_frames, self.longest))
+    def lengths(self, step: int) -> list[int]:
+        top = min(self.config.max_frames, self.longest)
+        if self.config.lengths == "all":
+            return list(range(self.config.min_frames, top + 1))
+        return [random.Random(f"{self.config.seed}:{step}:length").randint(self.config.min_frames, top)]
+
+    def draw(self, step: int, k: int, micro: int, size: int) -> tuple[list[DatasetSequence], list[int]]:
+        rng = random.Random(f"{self.config.seed}:{step}:{k}:{micro}")
         eligible = [s for s in self.sequences if len(s.prompts) >= k]
         chosen = rng.sample(eligible, size) if len(eligible) >= size else rng.choices(eligible, k=size)
-        return chosen, [rng.randint(0, len(s.prompts) - k) for s in chosen], k
+        return chosen, [rng.randint(0, len(s.prompts) - k) for s in chosen]
 
 
 class Encoded:
-    """The frozen encoders' outputs for cuts of sequences, computed each time or cached once."""
+    """The frozen parts' outputs for cuts of sequences, computed each time or cached once: the
+    autoencoder's posterior of each frame, the image tokens of each frame (a cut's first frame is its
+    scene), each prompt's text states."""
 
-    def __init__(self, generator: ShowHowToGenerator, cache: bool, size: int):
-        self.g, self.cache, self.size = generator, cache, size
+    def __init__(self, model: ShowHowToModel, cache: bool):
+        self.m, self.cache, self.size = model, cache, model.spec.image_size
         # keyed by the sequence object: two datasets (--data, --val) may use the same keys
         self.frames: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.texts: dict[str, torch.Tensor] = {}
 
     def pixels(self, sequence: DatasetSequence) -> torch.Tensor:
+        import numpy as np
+
         tiles = np.stack([np.asarray(t, np.float32) for t in sequence.tiles(self.size)])
-        return torch.from_numpy(tiles).permute(0, 3, 1, 2).div(127.5).sub(1).to(self.g.device)
+        return torch.from_numpy(tiles).permute(0, 3, 1, 2).div(255 / 2).sub(1).to(self.m.device)
 
     def _frame_features(self, sequence: DatasetSequence, first: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(VAE moments of the k frames, CLIP image embedding of the first)."""
+        """(posterior moments of the k frames, image tokens of the first)."""
         if not self.cache:
             pixels = self.pixels(sequence)[first:first + k]
-            return self.g.latent_moments(pixels), self.g.encode_image(pixels[:1])[0]
+            return self.m.latent_moments(pixels), self.m.image_tokens(pixels[:1])[0]
         if (id(sequence), 0) not in self.frames:
             pixels = self.pixels(sequence)
-            moments, embeds = self.g.latent_moments(pixels), self.g.encode_image(pixels)
+            moments, tokens = self.m.latent_moments(pixels), self.m.image_tokens(pixels)
             for i in range(len(pixels)):
-                self.frames[(id(sequence), i)] = (moments[i], embeds[i])
+                self.frames[(id(sequence), i)] = (moments[i], tokens[i])
         parts = [self.frames[(id(sequence), first + i)] for i in range(k)]
         return torch.stack([m for m, _ in parts]), parts[0][1]
 
-    def text(self, prompts: list[list[str]]) -> torch.Tensor:
+    def text(self, texts: list[str]) -> torch.Tensor:
         if not self.cache:
-            return self.g.encode_prompts(prompts)
-        missing = sorted({t for p in prompts for t in p} - self.texts.keys())
+            return self.m.encode_text(texts)
+        missing = sorted(set(texts) - self.texts.keys())
         if missing:
-            for text, states in zip(missing, self.g.encode_prompts([missing])[0].split(self.g.config.text_tokens)):
-                self.texts[text] = states
-        return torch.stack([torch.cat([self.texts[t] for t in p]) for p in prompts])
+            self.texts.update(zip(missing, self.m.encode_text(missing)))
+        return torch.stack([self.texts[t] for t in texts])
 
-    def batch(self, sequences, starts, k, joined: bool, generator: torch.Generator):
-        moments, embeds, prompts = [], [], []
+    def blank_tokens(self) -> torch.Tensor:
+        """The image tokens of an all-zero image: the dropped image, as the release's sampler's unconditional."""
+        if "blank" not in self.__dict__:
+            self.__dict__["blank"] = self.m.image_tokens(torch.zeros(1, 3, self.size, self.size,
+                                                                     device=self.m.device))[0]
+        return self.__dict__["blank"]
+
+    def batch(self, sequences, starts, k, joined: bool, generator: torch.Generator,
+              drop_text: torch.Tensor | None = None, drop_image: torch.Tensor | None = None):
+        """(latents (B, C, k, h, w), context (B*k, tokens, dim)) of the cuts."""
+        moments, tokens, prompts = [], [], []
         for sequence, first in zip(sequences, starts):
-            m, e = self._frame_features(sequence, first, k)
+            m, t = self._frame_features(sequence, first, k)
             moments.append(m)
-            embeds.append(e)
+            tokens.append(t)
             cut = sequence.prompts[first:first + k]
             prompts.append([" ".join(cut)] * k if joined else cut)
-        flat = self.g.sample_latents(torch.cat(moments), generator)
-        latents = flat.reshape(len(sequences), k, *flat.shape[1:]).permute(0, 2, 1, 3, 4)
-        return latents, torch.stack(embeds), self.text(prompts)
+        if drop_text is not None:
+            prompts = [[""] * k if drop else p for p, drop in zip(prompts, drop_text.tolist())]
+        tokens = torch.stack(tokens)
+        if drop_image is not None:
+            tokens = torch.where(drop_image.view(-1, 1, 1), self.blank_tokens().expand_as(tokens), tokens)
+        flat = torch.cat(moments)
+        noise = torch.randn((flat.shape[0], flat.shape[1] // 2, *flat.shape[2:]), generator=generator,
+                            device=flat.device)
+        latents = self.m.sample_latents(flat, noise)
+        latents = latents.reshape(len(sequences), k, *latents.shape[1:]).transpose(1, 2)
+        states = self.text([t for p in prompts for t in p])
+        return latents, conditions(self.m, prompts, tokens, states)
 
 
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest complete checkpoint of a run folder (or `folder` itself when it is a model folder)."""
-    if (folder / CONFIG).is_file() and not (folder / CHECKPOINTS).is_dir():
-        return folder
-    return latest_in_run(folder, f"{TRAINING}/{STATE}")
+def cosine_with_warmup(optimizer, warmup: int, total: int, kind: str):
+    """The release's schedule (linear warm-up, then half a cosine to 0 at `total`), or constant."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        if kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 class Trainer(TrainingLoop):
-    """ShowHowTo's part of the loop: the U-Net and the image projection learn (`model`: the generator,
-    prepared by accelerate once `run_training` has), with batches, noise and dropped conditions drawn
-    from (seed, step); a checkpoint is a model folder plus `training/` (the loop's state, and with --ema
-    the raw weights and the EMA's)."""
+    """ShowHowTo's part of the loop: the U-Net learns (`model`: the generator, prepared by accelerate once
+    `run_training` has), with batches, noise and dropped conditions drawn from (seed, step, length); a
+    checkpoint is `unet.pt` + `showhowto.json` plus `training/` (the loop's state, and with --ema the raw
+    weights and the EMA's)."""
 
     name = "train showhowto"
     state_folder = TRAINING
 
-    def __init__(self, config: GeneratorTrainConfig, generator: ShowHowToGenerator, train: list[DatasetSequence],
+    def __init__(self, config: GeneratorTrainConfig, model: ShowHowToModel, source, train: list[DatasetSequence],
                  val: list[DatasetSequence], accelerator):
-        from transformers import get_constant_schedule_with_warmup
-
         super().__init__(config, accelerator)
-        self.g, self.model, self.val = generator, generator, val
+        self.m, self.model, self.val, self.source = model, model, val, source
         self.batches = Batches(train, config)
-        self.encoded = Encoded(generator, config.cache_latents, generator.config.image_size)
-        self.optimizer = torch.optim.AdamW(generator.trainable(), lr=config.lr, weight_decay=config.weight_decay)
-        self.scheduler = get_constant_schedule_with_warmup(self.optimizer, config.warmup_steps)
+        self.encoded = Encoded(model, config.cache_latents)
+        self.optimizer = torch.optim.AdamW(self.trainable(), lr=config.lr, weight_decay=config.weight_decay)
+        self.scheduler = cosine_with_warmup(self.optimizer, config.warmup, config.steps, config.schedule)
         self.ema = None
         if config.ema:
             from diffusers.training_utils import EMAModel
 
-            self.ema = EMAModel(generator.trainable(), decay=config.ema)
-        self.empty: dict[int, torch.Tensor] = {}  # k -> the empty prompts' states (the dropped text)
+            self.ema = EMAModel(self.trainable(), decay=config.ema)
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.m.unet.parameters() if p.requires_grad]
 
     @property
     def trained(self):
@@ -206,36 +259,29 @@ class Trainer(TrainingLoop):
 
     @property
     def samples_per_step(self) -> int:
-        return self.config.batch_size * self.config.grad_accum * self.accelerator.num_processes
-
-    def _empty(self, k: int) -> torch.Tensor:
-        if k not in self.empty:
-            self.empty[k] = self.g.encode_prompts([[""] * k])
-        return self.empty[k]
+        lengths = len(self.batches.lengths(0))
+        return self.config.batch_size * self.config.grad_accum * self.accelerator.num_processes * lengths
 
     def _generator(self, *parts) -> torch.Generator:
         seed = record_seed(self.config.seed, ":".join(map(str, parts)))
-        return torch.Generator(device=self.g.device).manual_seed(seed)
+        return torch.Generator(device=self.m.device).manual_seed(seed)
 
     # --- state ---------------------------------------------------------------------------------
 
     def save_model(self, folder: Path) -> None:
-        parts = replace(self.g.parts, config=replace(self.g.config, base="../../base"))
+        note = f"vi train showhowto from {self.config.init}"
         if self.ema is None:
-            save_parts(parts, folder, TRAINED)
+            save_checkpoint(self.m, folder, self.source.weights, self.source.config, note)
             return
-        # the model folder holds the EMA weights; training/ the raw ones to resume
-        torch.save(self._trainable_state(), folder / TRAINING / "raw.pt")
+        # the model files hold the EMA weights; training/ the raw ones to resume
+        torch.save(self.m.unet.state_dict(), folder / TRAINING / "raw.pt")
         torch.save(self.ema.state_dict(), folder / TRAINING / "ema.pt")
         with self._ema_weights():
-            save_parts(parts, folder, TRAINED)
-
-    def _trainable_state(self) -> dict:
-        return {"unet": self.g.unet.state_dict(), "image_proj": self.g.image_proj.state_dict()}
+            save_checkpoint(self.m, folder, self.source.weights, self.source.config, note + " (EMA weights)")
 
     @contextlib.contextmanager
     def _ema_weights(self):
-        params = self.g.trainable()
+        params = self.trainable()
         self.ema.store(params)
         self.ema.copy_to(params)
         try:
@@ -244,41 +290,50 @@ class Trainer(TrainingLoop):
             self.ema.restore(params)
 
     def load_model(self, checkpoint: Path, state: dict) -> None:
-        """The weights came with the checkpoint's model folder (EMA ones with --ema: then the raw ones here)."""
+        """The weights came with the checkpoint's unet.pt (EMA ones with --ema: then the raw ones here)."""
         training = checkpoint / TRAINING
         if (training / "raw.pt").is_file():
-            raw = torch.load(training / "raw.pt", map_location="cpu")
-            self.g.unet.load_state_dict(raw["unet"])
-            self.g.image_proj.load_state_dict(raw["image_proj"])
+            self.m.unet.load_state_dict(torch.load(training / "raw.pt", map_location="cpu"))
         if self.ema is not None and (training / "ema.pt").is_file():
             self.ema.load_state_dict(torch.load(training / "ema.pt", map_location="cpu"))
 
     # --- the work ------------------------------------------------------------------------------
 
+    def _loss(self, sequences, starts, k, noise, drops: bool) -> torch.Tensor:
+        config = self.config
+        drop_text = drop_image = None
+        if drops:
+            draws = torch.rand((2, len(sequences)), generator=noise, device=noise.device)
+            drop_text, drop_image = draws[0] < config.drop_text, draws[1] < config.drop_image
+        latents, context = self.encoded.batch(sequences, starts, k, config.prompts == "joined", noise, drop_text,
+                                              drop_image)
+        return self.model(latents, context, noise)
+
     def train_step(self) -> float:
         world, rank, config, model = (self.accelerator.num_processes, self.accelerator.process_index, self.config,
                                       self.model)
+        # The U-Net's dropout (0.1, the release's) draws from torch's global generator: seeded per step, a
+        # resumed run draws what the uninterrupted one did
+        torch.manual_seed(record_seed(config.seed, f"dropout:{self.step}:{rank}"))
         losses = []
-        for micro in range(config.grad_accum):
-            sequences, starts, k = self.batches.draw(self.step, micro, config.batch_size * world)
-            mine = slice(rank * config.batch_size, (rank + 1) * config.batch_size)
-            noise = self._generator("train", self.step, micro, rank)
-            latents, embeds, text = self.encoded.batch(sequences[mine], starts[mine], k, config.prompts == "joined",
-                                                       noise)
-            drops = torch.rand((2, latents.shape[0]), generator=noise, device=latents.device)
-            last = micro == config.grad_accum - 1
-            with (contextlib.nullcontext() if last else self.accelerator.no_sync(model)), self.accelerator.autocast():
-                loss = model(latents, embeds, text, self._empty(k), drops[0] < config.drop_text,
-                             drops[1] < config.drop_image, noise)
-                self.accelerator.backward(loss / config.grad_accum)
-            losses.append(loss.detach())
-        if config.max_grad_norm > 0:
-            self.accelerator.clip_grad_norm_(self.g.trainable(), config.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.ema is not None:
-            self.ema.step(self.g.trainable())
+        for k in self.batches.lengths(self.step):  # one update per length, as the release
+            for micro in range(config.grad_accum):
+                sequences, starts = self.batches.draw(self.step, k, micro, config.batch_size * world)
+                mine = slice(rank * config.batch_size, (rank + 1) * config.batch_size)
+                noise = self._generator("train", self.step, k, micro, rank)
+                last = micro == config.grad_accum - 1
+                with (contextlib.nullcontext() if last else self.accelerator.no_sync(model)), \
+                        self.accelerator.autocast():
+                    loss = self._loss(sequences[mine], starts[mine], k, noise, drops=True)
+                    self.accelerator.backward(loss / config.grad_accum)
+                losses.append(loss.detach())
+            if config.max_grad_norm > 0:
+                self.accelerator.clip_grad_norm_(self.trainable(), config.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                self.ema.step(self.trainable())
+        self.scheduler.step()  # once per step, as the release steps it once per iteration over the lengths
         self.step += 1
         return float(self.accelerator.reduce(torch.stack(losses).mean(), "mean"))
 
@@ -287,21 +342,30 @@ class Trainer(TrainingLoop):
         fixed per sequence: the same draw at every evaluation, so the curve compares."""
         if not self.val:
             return None
-        total = torch.zeros(2, device=self.g.device)
+        total = torch.zeros(2, device=self.m.device)
         for sequence in self.val[self.accelerator.process_index::self.accelerator.num_processes]:
             k = min(len(sequence.prompts), self.config.max_frames)
             noise = self._generator("val", sequence.key)
-            latents, embeds, text = self.encoded.batch([sequence], [0], k, self.config.prompts == "joined", noise)
-            no = torch.zeros(1, dtype=torch.bool, device=latents.device)
             with self.accelerator.autocast():
-                loss = self.model(latents, embeds, text, self._empty(k), no, no, noise)
+                loss = self._loss([sequence], [0], k, noise, drops=False)
             total += torch.stack([loss.float(), torch.ones((), device=total.device)])
         total = self.accelerator.reduce(total, "sum")
         return float(total[0] / total[1]), {"sequences": len(self.val)}
 
 
+class _Loss(torch.nn.Module):
+    """What accelerate wraps (DDP): the generator whose forward is the training loss."""
+
+    def __init__(self, model: ShowHowToModel):
+        super().__init__()
+        self.generator = model
+
+    def forward(self, latents, context, noise):
+        return diffusion_loss(self.generator, latents, context, noise)
+
+
 def run_training(config: GeneratorTrainConfig) -> dict:
-    """Read the datasets, build the generator, and train (what `vi train showhowto` does)."""
+    """Read the datasets, load the generator, and train (what `vi train showhowto` does)."""
     config.check()
     sequences = [s for root in config.data for s in read_dataset(root)]
     train, val = split(sequences, config.val_fraction, config.seed)
@@ -309,28 +373,24 @@ def run_training(config: GeneratorTrainConfig) -> dict:
     if not train:
         raise ValueError("every training sequence is held out: lower --val-fraction")
     accelerator = make_accelerator(config.device, config.mixed_precision)
-    checkpoint = claim_run(config, accelerator.is_main_process, complete=f"{TRAINING}/{STATE}",
-                           also_remove=("base",))
+    checkpoint = claim_run(config, accelerator.is_main_process, complete=f"{TRAINING}/{STATE}")
     accelerator.wait_for_everyone()
     seed_everything(config.seed)
     torch.manual_seed(config.seed)
-    base = config.output / "base"
-    source = Path(config.model)
-    if accelerator.is_main_process and not (base / CONFIG).is_file():
-        parts = load_parts(source)
-        save_parts(replace(parts, config=replace(parts.config, base=None)), base, FROZEN)
-    accelerator.wait_for_everyone()
-    parts = load_parts(checkpoint or source)
-    generator = ShowHowToGenerator(parts).to(accelerator.device)
+    source = resolve_source(Path(config.init), config.model_config)
+    model = load(resolve_source(checkpoint) if checkpoint is not None else source)
+    model.place(accelerator.device)
+    model.unet.requires_grad_(True)
     if config.gradient_checkpointing:
-        generator.unet.enable_gradient_checkpointing()
-    trainer = Trainer(config, generator, train, val, accelerator)
+        model.unet.set_gradient_checkpointing(True)
+    trainer = Trainer(config, model, source, train, val, accelerator)
     if checkpoint is not None:
         trainer.restore(checkpoint)
         stderr.print(f"vi train showhowto: resumed from {checkpoint} (step {trainer.step})", highlight=False)
     stderr.print(f"vi train showhowto: {len(train)} training sequences, {len(val)} held out; "
                  f"{accelerator.num_processes} process(es) on {accelerator.device}, precision "
-                 f"{accelerator.mixed_precision}; model {source} ({parts.config.note or 'no note'})", highlight=False)
+                 f"{accelerator.mixed_precision}; from {source.describe} (config {model.spec.source})", highlight=False)
     # The scheduler stays unprepared: accelerate would step it once per process.
-    trainer.model, trainer.optimizer = accelerator.prepare(generator, trainer.optimizer)
+    wrapped, trainer.optimizer = accelerator.prepare(_Loss(model), trainer.optimizer)
+    trainer.model = wrapped
     return trainer.run()
