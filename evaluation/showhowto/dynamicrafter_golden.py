@@ -14,6 +14,8 @@ included), and writes into `--out`:
 
 - `tiny_release.pt`: the raw state dict, as the release checkpoint showhowto_2to8steps.pt is stored
   (`model.state_dict()`), floating weights as fp16 and the noise-schedule buffers as fp32;
+- `release_256_keys.json.gz`: every key and shape of the release's real 256 model (built on the meta
+  device, no weights), so vi's built-in config is checked against it;
 - `golden.pt`: inputs and the release's outputs for the U-Net, the resampler, the autoencoder, the
   OpenCLIP text and image encoders and predict.py's `image_guided_synthesis` (DDIM, 5 steps,
   guidance 7.5, eta 0 and 1), plus `meta`.
@@ -180,6 +182,35 @@ class RandnLog:
 
     def __exit__(self, *exc):
         torch.randn, torch.randn_like = self._randn, self._randn_like
+
+
+def release_256_keys(release: Path, open_clip, instantiate_from_config) -> dict[str, list[int]]:
+    """Every key and shape of the release's real model (configs/inference_256_v1.1.yaml), its parts built on
+    the meta device (no weights: OpenCLIP's ViT-H-14 without its pretrained tag, nothing downloaded)."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.load(release / "configs" / "inference_256_v1.1.yaml")["model"]["params"]
+    for name in ("cond_stage_config", "img_cond_stage_config"):
+        params[name]["params"]["version"] = None
+    original = open_clip.create_model_and_transforms
+
+    def on_meta(*args, **kwargs):  # the embedders build on "cpu" and then move: build on meta instead
+        return original(*args, **{**kwargs, "device": torch.device("meta")})
+
+    open_clip.create_model_and_transforms = on_meta
+    keys = {}
+    try:
+        with torch.device("meta"):
+            for prefix, name in (("model.diffusion_model.", "unet_config"), ("first_stage_model.", "first_stage_config"),
+                                 ("cond_stage_model.", "cond_stage_config"), ("embedder.", "img_cond_stage_config"),
+                                 ("image_proj_model.", "image_proj_stage_config")):
+                part = instantiate_from_config(params[name])
+                keys.update({prefix + k: list(v.shape) for k, v in part.state_dict().items()})
+    finally:
+        open_clip.create_model_and_transforms = original
+    # the noise schedule's buffers (DDPM.register_schedule computes them with numpy: not on meta)
+    keys.update({name: [int(params.get("timesteps", 1000))] for name in SCHEDULE_BUFFERS})
+    return dict(sorted(keys.items()))
 
 
 def release_commit(release: Path) -> str:
@@ -372,7 +403,11 @@ def main(argv=None):
     }
     torch.save(golden, args.out / "golden.pt")
     torch.load(args.out / "golden.pt", map_location="cpu", weights_only=True)  # plain tensors and builtins only
-    for name in ("tiny_release.pt", "golden.pt"):
+    import gzip
+
+    with gzip.open(args.out / "release_256_keys.json.gz", "wt") as f:
+        json.dump(release_256_keys(args.release.resolve(), open_clip, instantiate_from_config), f)
+    for name in ("tiny_release.pt", "golden.pt", "release_256_keys.json.gz"):
         print(f"{name}: {(args.out / name).stat().st_size / 1e6:.3f} MB")
 
 

@@ -43,6 +43,27 @@ def test_a_release_file_loads_strictly_and_saves_back_key_for_key(model):
     assert all(torch.equal(saved[k].float(), release[k].float()) for k in release)
 
 
+def test_the_built_in_256_config_has_every_key_and_shape_of_the_releases_model():
+    # release_256_keys.json.gz: the release's own classes with configs/inference_256_v1.1.yaml, built on
+    # the meta device by the golden script (no weights anywhere)
+    import gzip
+
+    from vi.pipelines.showhowto.generator_model import ShowHowToModel, read_spec
+
+    spec = read_spec(None)
+    import open_clip  # noqa: F401
+    from diffusers import AutoencoderKL  # noqa: F401
+
+    with torch.device("meta"):
+        model = ShowHowToModel(spec)
+    ours = {k: list(v.shape) for k, v in to_release(model.state_dict(), spec).items()}
+    with gzip.open(DATA / "release_256_keys.json.gz", "rt") as f:
+        release = json.load(f)
+    assert len(release) == 2535
+    assert sorted(set(release) ^ set(ours)) == []
+    assert [k for k in release if ours[k] != release[k]] == []
+
+
 def test_loading_takes_the_files_memory_mapped_tensors_without_a_copy():
     # A 2.5 GB checkpoint must not sit in RAM twice: the model is built on the meta device and takes
     # the file's (memory-mapped) tensors as its parameters.
