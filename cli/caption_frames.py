@@ -12,8 +12,10 @@ from vi.pipelines.progresscaptioner import offline_captioner as oc
 @stage_command(
     summary="One caption per frame of a sequence, progress-aware (ProgressCaptioner): a VLM sees the frames "
             "as T images and answers <Frame i>: lines.",
-    reads="[cyan]frames[/cyan] = [{time, path}] (vi frames) and [cyan]action[/cyan] when present (else the "
-          "prompt without an action).",
+    reads="[cyan]frames[/cyan] = [{time, path}] (vi frames), [cyan]query0[/cyan] (the release's own prompt of the "
+          "sequence, which vi frames --framecap passes on: sent unchanged with --prompt-style release) and "
+          "[cyan]action[/cyan] when present. --vlm also takes the released ProgressCaptioner checkpoint (LLaVA-NeXT's "
+          "format), converted once and asked the release's way.",
     writes="[cyan]captions[/cyan] (or --into FIELD) = {model, kind, window, prompt, items: [{frame, text}], "
            "repairs}: [cyan]frame[/cyan] indexes [cyan]frames[/cyan]; [cyan]kind[/cyan] is vlm, openai or "
            f"{oc.KIND} (the offline captioner: ImageNet labels and view changes, no actions); windowed runs "

@@ -180,9 +180,13 @@ FRAMECAP_HELP, FRAMECAP_EPILOG = stage_help(
           "and [cyan]source[/cyan] (else the prefix of an id <source>/<idx>). Labels (1 = progression, 0 = none, "
           "one per adjacent frame pair, so frames - 1 of them): --labels FILE, JSONL {\"id\": ID, \"labels\": "
           "[1, 0, ...]}, ids matching the records' (FrameCapEval sequences: <source>/<idx>, like COIN/0004); or "
-          "the release's sequence file (coin_valhs_seq.json: a JSON list of {idx, ..., labels}, the source from "
-          "an entry's 'source' or the file name); else each record's [cyan]progress_labels[/cyan]. Labels of the "
-          "wrong length stop the run (exit 2) naming the record, expected and found counts.",
+          "a JSON list shaped like the release's sequence file with a 'labels' list added to each entry ({idx, "
+          "..., labels}, the source from an entry's 'source' or the file name); else each record's "
+          "[cyan]progress_labels[/cyan]. [bold]The ProgressCaptioner release ships no labels[/bold]: its "
+          "coin_valhs_seq.json and htc_valhs_seq.json hold {idx, action_label, n_frames, image_files, query0} "
+          "only, and given as --labels they are refused (exit 2). The labels come from your own annotation or "
+          "from the paper's authors. Labels of the wrong length stop the run (exit 2) naming the record, "
+          "expected and found counts.",
     writes="one JSON object on stdout: {task, records, rows: {MODEL: {field, model, overall: METRICS, "
            "per_source: {SOURCE: METRICS}}}} with METRICS = {sequences, cap, cap_sequences, cap_missing, "
            "matching_subset, prog, prog_answered, pairs, pairs_answered, coverage, uncertain, pairs_missing, "

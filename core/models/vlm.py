@@ -77,7 +77,13 @@ def locate_vlm(ref: str) -> HFModelFiles:
     """The folder of a vision-language model that AutoModelForImageTextToText builds, with a chat template."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
+    from vi.core.models import llava_next
+
     supported = tuple(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+    if Path(ref).is_dir() and llava_next.is_llava_next(Path(ref)):
+        # a LLaVA-NeXT checkpoint (ProgressCaptioner's release): converted once, run the release's way
+        files = _locate(str(llava_next.converted(Path(ref))), "vlm", "vision-language model", supported, ref)
+        return HFModelFiles(ref, files.folder, files.model_type)
     files = _locate(ref, "vlm", "vision-language model", supported, KNOWN_VLMS[0])
     if not _has_chat_template(files.folder):
         raise ModelNotAvailable(f"vision-language model {ref!r}: {files.folder} has no chat template "
@@ -120,6 +126,15 @@ class VisionLanguageModel:
                              f"{type(exc).__name__}: {exc}") from exc
         self.model.to(placement.device).eval()
         tokenizer = self.processor.tokenizer
+        # A converted LLaVA-NeXT checkpoint: frames go through the release's own video path (llava_next)
+        self.release = None
+        release = files.folder / "vi_release.json"
+        if release.is_file():
+            from transformers import SiglipImageProcessor
+
+            self.release = json.loads(release.read_text(encoding="utf-8"))
+            self.release_processor = SiglipImageProcessor.from_pretrained(
+                str(files.folder / "release_image_processor"), local_files_only=True)
         self.chat_template = self.processor.chat_template or tokenizer.chat_template
         # A processor with a video processor (LLaVA-OneVision, Qwen2-VL) takes the frames as one video.
         self.takes_video = getattr(self.processor, "video_processor", None) is not None
@@ -154,11 +169,26 @@ class VisionLanguageModel:
     def caption(self, prompt: str, frames: np.ndarray, max_new_tokens: int, span_s: float | None = None) -> str:
         import torch
 
+        if self.release is not None:
+            return self.release_generate([(prompt, frames)], self.generation, max_new_tokens)[0]
         inputs = _inputs_to(self.inputs(prompt, frames, span_s), self.model, self.placement)
         with torch.inference_mode():
             out = self.model.generate(**inputs, generation_config=self.generation, max_new_tokens=max_new_tokens)
         new = out[:, inputs["input_ids"].shape[1]:]  # the reply only, not the prompt
         return self.processor.batch_decode(new, skip_special_tokens=True)[0].strip()
+
+
+    def release_generate(self, requests: list[tuple[str, np.ndarray]], config, max_new_tokens: int) -> list[str]:
+        """Replies to [(query, frames)] the way the release's infer.py asks (llava_next.release_inputs)."""
+        import torch
+
+        from vi.core.models.llava_next import release_inputs
+
+        with torch.inference_mode():
+            embeds, mask = release_inputs(self.model, self.processor.tokenizer, self.release_processor, requests)
+            out = self.model.generate(inputs_embeds=embeds, attention_mask=mask, generation_config=config,
+                                      max_new_tokens=max_new_tokens)
+        return [text.strip() for text in self.processor.batch_decode(out, skip_special_tokens=True)]
 
 
 def load_vlm(files: HFModelFiles, placement: Placement) -> VisionLanguageModel:

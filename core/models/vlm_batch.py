@@ -85,6 +85,10 @@ def _generate(model: VisionLanguageModel, chats: Sequence[ImageChat], max_new_to
         config = copy.deepcopy(config)
         config.update(do_sample=True, temperature=temperature, top_p=None, top_k=None)
         torch.manual_seed(seed)  # a different draw per batch, the same on a rerun
+    if getattr(model, "release", None) is not None:  # a LLaVA-NeXT checkpoint: the release's prompt and video path
+        last = [next(m["content"] for m in reversed(chat.messages) if m["role"] == "user") for chat in chats]
+        return model.release_generate([(q, np.stack(chat.frames)) for q, chat in zip(last, chats)], config,
+                                      max_new_tokens)
     inputs = _inputs_to(batch_inputs(model, chats), model.model, model.placement)
     with torch.inference_mode():
         out = model.model.generate(**inputs, generation_config=config, max_new_tokens=max_new_tokens)

@@ -64,7 +64,9 @@ class FramecapConfig:
         help="Judged caption records (JSONL); repeat for several models' files. Default: stdin.")
     labels: Path | None = option(
         None, flag="--labels", exists=True, dir_okay=False, show_default=False,
-        help="Progression labels per adjacent pair (see Reads); default: the records' progress_labels.")
+        help="Your progression labels, 1 or 0 per adjacent frame pair (see Reads): the ProgressCaptioner release "
+             "ships none, so they come from your own annotation or the paper's authors; default: the records' "
+             "progress_labels.")
     captions: tuple[str, ...] = option(
         (DEFAULT_FIELD,), flag="--captions", show_default=False,
         help=f"Caption field(s) to score, one table row each. Default: {DEFAULT_FIELD}.")
@@ -111,10 +113,21 @@ def _entry_source(entry: object, default: str | None) -> str | None:
     return source_name(entry["source"]) if entry.get("source") else default
 
 
+LABEL_FIELDS = ("labels", "progress_labels")
+NO_RELEASE_LABELS = (
+    "the ProgressCaptioner release ships no per-pair progression labels for FrameCapEval (its sequence files "
+    "coin_valhs_seq.json and htc_valhs_seq.json hold idx, action_label, n_frames, image_files and query0 only). "
+    "--labels needs labels, 1 (progression) or 0 (none) per adjacent frame pair, from your own annotation or "
+    "from the paper's authors: JSONL {\"id\": \"COIN/0004\", \"labels\": [1, 0, ...]} with the ids vi frames "
+    "--framecap gives, or the sequence file with a 'labels' list added to each entry")
+
+
 def read_labels(path: Path) -> dict[str, list[int]]:
-    """id -> labels, from JSONL `{id, labels}` lines, or from the release's sequence file (a JSON list of
-    `{idx, ..., labels}`, its source from the entry's `source` or the file name, the id `<source>/<idx>`,
-    with the video when an idx repeats, as `vi frames --framecap` names them: frame_sources.framecap_ids)."""
+    """id -> labels, from JSONL `{id, labels}` lines, or from a JSON list in the shape of the release's
+    sequence file with a `labels` list added to each entry (`{idx, ..., labels}`, its source from the
+    entry's `source` or the file name, the id `<source>/<idx>`, with the video when an idx repeats, as
+    `vi frames --framecap` names them: frame_sources.framecap_ids). The release's sequence file as shipped
+    holds no labels (NO_RELEASE_LABELS): given one, this refuses at once, saying so."""
     text = path.read_text(encoding="utf-8")
     out: dict[str, list[int]] = {}
     stripped = text.lstrip()
@@ -126,11 +139,16 @@ def read_labels(path: Path) -> dict[str, list[int]]:
         default = _release_source(path)
         if not isinstance(entries, list):
             raise ValueError(f"{path}: a release-style labels file is a JSON list")
+        if entries and not any(isinstance(e, dict) and any(k in e for k in LABEL_FIELDS) for e in entries):
+            raise ValueError(f"--labels {path}: no entry has 'labels': {NO_RELEASE_LABELS}")
         ids_by_source: dict[str, list[str | None]] = {}  # each source's ids over the whole file
         for n, entry in enumerate(entries, 1):
             where = f"{path}: entry {n}"
             if not isinstance(entry, dict) or "idx" not in entry and "id" not in entry:
                 raise ValueError(f"{where}: a release-style labels file lists objects with 'idx' (or 'id')")
+            if not any(k in entry for k in LABEL_FIELDS):
+                raise ValueError(f"{where} (idx {entry.get('idx', entry.get('id'))!r}) has no 'labels': give every "
+                                 "entry its labels, 1 or 0 per adjacent frame pair, or drop it")
             labels = entry.get("labels", entry.get("progress_labels"))
             if "id" in entry:
                 key = str(entry["id"])

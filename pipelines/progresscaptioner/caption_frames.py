@@ -11,15 +11,26 @@ A record's `frames` ([{time, path}], from vi frames) are captioned in windows (`
   from (v_t, v_{t+1})). Items of windowed runs say which frames the window held (`from`); a frame's first
   item is its caption, any further ones come from the other windows.
 - `1`: every frame alone, the image-captioning baseline.
-The prompt is the release's (`progress_caption`, or `progress_caption_no_action` without an `action`), with
-the window's frame count; the model's `<Frame i>:` reply is parsed by `frame_replies` (its repairs are
-written to `repairs`). A reply that lacks a frame's caption is asked again once, sampled (temperature 0.7,
-another seed: greedy decoding would repeat itself); if that reply lacks one too, the record is an error
-naming the window and the frames, with both raw replies. With `missing="keep"` (--missing keep) it is not: the
-field is written with the captions the replies gave, the uncaptioned frames listed in `missing` and the
-reason in `repairs`. That is for records several captioners share (ProgressCaptioner's training data: K VLMs
-of varied quality): one weak captioner then costs its own captions, not the others'; the judges and vi
-captioner-data count a field without a caption for a frame as giving no pass and no sample.
+The request (`--prompt-style`; `request_for`), named in the field's `prompt`:
+- `release` (default): the release's own request. A record that carries `query0` (the release's FrameCapEval
+  sequences do, and vi frames --framecap passes it on) is sent its query0 unchanged, when the window is the
+  whole sequence it was written for (`prompt: "query0"`); otherwise (no query0; a window of a longer
+  sequence; frames vi frames --select picked out of it) the release's wording is built as its prepare_data.py
+  builds it (`prompt: "release:<mode>"`): the packaged `progress_caption_release_<mode>` for `--desc-mode`
+  object|pose|action (prepare_data's --desc_mode a|b|c), or for the mode the record's query0 was built
+  with when it matches one. The reply format it shows is the release's: `<Frame 1>: Your description`,
+  `...`, `<Frame N>: Your description`, each line ending in a newline as query0 does.
+- `vi`: vi's packaged `progress_caption` (`progress_caption_no_action` without an `action`), the release's
+  COIN wording with every frame's `<Frame i>:` line listed (`prompt: "vi"`).
+- `--prompt FILE` overrides both wordings (`prompt`: the file); its ${frame_lines} follows --prompt-style.
+The model's `<Frame i>:` reply is parsed by `frame_replies` (its repairs are written to `repairs`). A reply
+that lacks a frame's caption is asked again once, sampled (temperature 0.7, another seed: greedy decoding
+would repeat itself); if that reply lacks one too, the record is an error naming the window and the frames,
+with both raw replies. With `missing="keep"` (--missing keep) it is not: the field is written with the
+captions the replies gave, the uncaptioned frames listed in `missing` and the reason in `repairs`. That is for
+records several captioners share (ProgressCaptioner's training data: K VLMs of varied quality): one weak
+captioner then costs its own captions, not the others'; the judges and vi captioner-data count a field without
+a caption for a frame as giving no pass and no sample.
 
 Backends (`--vlm`): a transformers VLM folder or cached hub id (T images through its chat template, greedy,
 `batch_size` requests per generate call, left-padded; see core/models/vlm_batch.py), `openai:MODEL@URL`
@@ -50,6 +61,8 @@ from vi.pipelines.progresscaptioner.caption_windows import Window, assign, frame
 from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
 
 STAGE = "caption-frames"
+PROMPT_STYLES = ("release", "vi")
+DESC_MODES = {"object": "a", "pose": "b", "action": "c"}  # the release's prepare_data.py --desc_mode letters
 AUTO, OFFLINE = "auto", "offline"
 MAX_FULL_FRAMES = 6
 RETRY_TEMPERATURE = 0.7
@@ -76,9 +89,20 @@ class CaptionConfig:
         "the one from (v_t, v_{t+1}))."))
     into: str = option("captions", help=(
         "The field to write, so that several captioners can sit in one record (captions_b, ...)."))
+    prompt_style: str = option("release", help=(
+        "release: the release's own request: the record's query0 (the release's FrameCapEval sequences carry "
+        "it; vi frames --framecap passes it on) when the window is the sequence it was written for, else the "
+        "release's wording for --desc-mode as its prepare_data.py builds it; the reply format shown is "
+        "'<Frame 1>: Your description / ... / <Frame N>: Your description'. vi: vi's packaged progress_caption "
+        "prompt (the release's COIN wording) listing every frame's line. --prompt overrides both wordings."))
+    desc_mode: str = option("action", help=(
+        "With --prompt-style release, what a sequence without a usable query0 is asked to describe, as the "
+        "release's prepare_data.py --desc_mode: object (a: the object's state during the action; what the "
+        "release asked of HowToChange), pose (b: the subject's body pose), action (c: the action; COIN's)."))
     prompt: Path | None = option(None, help=(
-        "Your own prompt (see the packaged prompt_templates/progress_caption.txt); it must use "
-        "${frame_lines} and may use ${n_frames} and ${action}."))
+        "Your own prompt (see the packaged prompt_templates/progress_caption*.txt); it must use "
+        "${frame_lines} (the reply format, as --prompt-style shows it) and may use ${n_frames} and "
+        "${action}."))
     # the longest of the 141 real 6-frame replies is 2387 characters, ~550 tokens
     max_new_tokens: int = option(768, help="Longest reply per request, in tokens.")
     batch_size: int = option(4, help=(
@@ -103,7 +127,8 @@ class CaptionConfig:
     vlm_files: HFModelFiles | None = internal(init=False)
     spec: LLMSpec | None = internal(init=False)
     placement: Placement | None = internal(init=False)
-    templates: dict[bool, ChatPrompt] = internal(init=False)
+    templates: dict[bool, ChatPrompt] = internal(init=False)  # vi's (or --prompt's), by whether there is an action
+    release_templates: dict[str, ChatPrompt] = internal(init=False)  # the release's wording, by --desc-mode
 
     def __post_init__(self) -> None:
         passive_openmp()  # as vi describe: before the placement check loads torch
@@ -119,6 +144,11 @@ class CaptionConfig:
                              "least 1")
         if self.missing not in ("error", "keep"):
             raise ValueError(f"--missing {self.missing!r}: give error or keep")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"--prompt-style {self.prompt_style!r}: give {' or '.join(PROMPT_STYLES)}")
+        if self.desc_mode not in DESC_MODES:
+            raise ValueError(f"--desc-mode {self.desc_mode!r}: give {', '.join(DESC_MODES)} (the release's "
+                             f"prepare_data.py --desc_mode {', '.join(DESC_MODES.values())})")
         if self.keep_both and (size or 0) < 2:
             raise ValueError("--keep-both keeps the captions of overlapping windows: give --window 2 (or more)")
         backend, files, spec = _choose(self.vlm)
@@ -126,6 +156,7 @@ class CaptionConfig:
         set_("size", size), set_("backend", backend), set_("vlm_files", files), set_("spec", spec)
         set_("placement", None if backend == "openai" else resolve_placement(self.device, self.dtype, engine="torch"))
         set_("templates", {} if backend == OFFLINE else _templates(self.prompt))
+        set_("release_templates", {} if backend == OFFLINE else release_templates())
         if backend == OFFLINE:
             resolve(DEFAULT_IMAGE_CLASSIFIER, "image-classifier")  # a missing classifier stops the stage now
             if self.prompt is not None:
@@ -176,6 +207,12 @@ def _templates(override: Path | None) -> dict[bool, ChatPrompt]:
     return {True: prompt, False: prompt}
 
 
+def release_templates() -> dict[str, ChatPrompt]:
+    """{desc mode: the release's wording}, as prepare_data.py's prepare_query builds it (module doc)."""
+    return {mode: load_prompt(f"progress_caption_release_{mode}", None, ("n_frames", "depicting", "frame_lines"))
+            for mode in DESC_MODES}
+
+
 # --- a record's prompt -----------------------------------------------------------------------
 
 def action_of(record: dict) -> str | None:
@@ -186,9 +223,21 @@ def action_of(record: dict) -> str | None:
     return None
 
 
-def messages_for(config: CaptionConfig, action: str | None, count: int) -> list[dict]:
-    lines = "\n".join(f"<Frame {i}>: Your description" for i in range(1, count + 1))
-    values = {"n_frames": str(count), "frame_lines": lines}
+def frame_lines(count: int, style: str) -> str:
+    """The reply format a request shows. vi: every frame's `<Frame i>: Your description` line. release: as
+    prepare_data.py writes it, `<Frame 1>: Your description`, `...` (only over 2 frames) and `<Frame N>: Your
+    description`, each line ending in a newline (so the request ends in one, as the release's query0); for a
+    single frame one line (prepare_query would list <Frame 1> twice; the release never asks about one frame)."""
+    if style == "vi":
+        return "\n".join(f"<Frame {i}>: Your description" for i in range(1, count + 1))
+    last = [f"<Frame {count}>: Your description\n"] if count > 1 else []
+    return "".join(["<Frame 1>: Your description\n", *(["...\n"] if count > 2 else []), *last])
+
+
+def messages_for(config: CaptionConfig, action: str | None, count: int, style: str = "vi") -> list[dict]:
+    """vi's packaged prompt, or the --prompt file, for `count` frames, the reply format as `style` shows it.
+    Reads only `config.templates` (vi captioner-data renders vi's prompt through a stand-in holding them)."""
+    values = {"n_frames": str(count), "frame_lines": frame_lines(count, style)}
     if action is not None:
         values["action"] = action
     template = config.templates[action is not None]
@@ -198,12 +247,55 @@ def messages_for(config: CaptionConfig, action: str | None, count: int) -> list[
     return template.render(**{k: v for k, v in values.items() if k in template.placeholders()})
 
 
-def prompt_name(config: CaptionConfig, has_action: bool) -> str | None:
-    if config.backend == OFFLINE:
-        return None
+def release_messages(template: ChatPrompt, action: str | None, count: int) -> list[dict]:
+    """The release's wording for `count` frames, filled as prepare_query fills it."""
+    return template.render(n_frames=str(count), depicting="" if action is None else f" depicting {action}",
+                           frame_lines=frame_lines(count, "release"))
+
+
+def query_of(record: dict) -> str | None:
+    """The release's own request for the sequence (its `query0`), when the record carries one."""
+    query = record.get("query0")
+    return query if isinstance(query, str) and query.strip() else None
+
+
+def query_mode(templates: dict[str, ChatPrompt], query: str, action: str | None, count: int) -> str | None:
+    """The desc mode whose wording `query` is, for `count` frames and `action`; None when it is none of them."""
+    return next((mode for mode, template in templates.items()
+                 if release_messages(template, action, count)[-1]["content"] == query), None)
+
+
+def request_for(config: CaptionConfig, record: dict, count: int, whole: bool) -> tuple[list[dict], str]:
+    """The request's turns for a window of `count` frames of `record` (`whole`: the window holds all of the
+    record's frames), and what the field's `prompt` calls it: the --prompt file, "vi", "query0" or
+    "release:<desc mode>" (module doc)."""
+    action = action_of(record)
     if config.prompt is not None:
-        return str(config.prompt)
-    return "progress_caption" if has_action else "progress_caption_no_action"
+        return messages_for(config, action, count, config.prompt_style), str(config.prompt)
+    if config.prompt_style == "vi":
+        return messages_for(config, action, count, "vi"), "vi"
+    mode, query = config.desc_mode, query_of(record)
+    if query is not None:
+        n = record.get("n_frames")  # what the release's query0 was written for; without it, the record's frames
+        written_for = n if isinstance(n, int) and not isinstance(n, bool) else None
+        if whole and written_for in (None, count):
+            return [{"role": "user", "content": query}], "query0"
+        found = query_mode(config.release_templates, query, action, written_for) if written_for else None
+        mode = found or mode
+        _note_once(f"the record's query0 was written for {written_for or 'all its'} frames and a request "
+                   f"holds {count} of them (a --window, or frames vi frames --select picked), so the release's "
+                   f"wording is built for those, with {'the desc mode its query0 uses' if found else '--desc-mode'} "
+                   f"({mode}); record {record.get('id')}", key=("found" if found else "desc-mode"))
+    return release_messages(config.release_templates[mode], action, count), f"release:{mode}"
+
+
+_noted: set[str] = set()
+
+
+def _note_once(message: str, key: str) -> None:
+    if key not in _noted:
+        _noted.add(key)
+        log.info("caption-frames: %s (said once)", message)
 
 
 @dataclass
@@ -215,6 +307,7 @@ class Job:
     windows: list[Window]
     action: str | None
     messages: list[list[dict]] = field(default_factory=list)  # per window: the prompt's turns (not offline)
+    prompt: str | None = None  # which wording asked (the field's `prompt`; request_for); None offline
     texts: dict[int, list[str | None]] = field(default_factory=dict)  # window index -> captions (None: missing)
     repairs: list[str] = field(default_factory=list)
 
@@ -223,8 +316,11 @@ def prepare(record: dict, config: CaptionConfig) -> Job:
     paths = frame_paths(record)
     windows = plan_windows(len(paths), config.size, config.max_frames, record["id"])
     action = action_of(record)
-    messages = [] if config.backend == OFFLINE else [messages_for(config, action, len(w)) for w in windows]
-    return Job(record, load_frames(record, paths), windows, action, messages)
+    asked = [] if config.backend == OFFLINE else [request_for(config, record, len(w), len(w) == len(paths))
+                                                  for w in windows]
+    names = list(dict.fromkeys(name for _, name in asked))  # one per record: all windows whole, or none
+    return Job(record, load_frames(record, paths), windows, action, [m for m, _ in asked],
+               ", ".join(names) if names else None)
 
 
 def result(job: Job, config: CaptionConfig) -> dict:
@@ -241,7 +337,7 @@ def result(job: Job, config: CaptionConfig) -> dict:
         items.append(item)
     captioned = {item["frame"] for item in items}
     out = {"model": config.model, "kind": config.kind, "window": "full" if config.size is None else config.size,
-           "prompt": prompt_name(config, job.action is not None), "items": items, "repairs": job.repairs}
+           "prompt": job.prompt, "items": items, "repairs": job.repairs}
     if uncaptioned - captioned:
         out["missing"] = sorted(uncaptioned - captioned)
     return {config.into: out}

@@ -149,7 +149,8 @@ def test_a_server_gets_the_frames_as_data_urls_before_the_prompt_and_its_reply_i
     one, two, gone = cf.caption_batch(records, config)
     assert one["captions"]["kind"] == "openai" and one["captions"]["model"] == f"fake-vlm@{url}"
     assert [i["text"] for i in one["captions"]["items"]] == ["caption 1 of 3", "caption 2 of 3", "caption 3 of 3"]
-    assert one["captions"]["prompt"] == "progress_caption" and two["captions"]["prompt"] == "progress_caption_no_action"
+    # no query0: the release's wording for --desc-mode (default action: COIN's), with or without an action
+    assert one["captions"]["prompt"] == two["captions"]["prompt"] == "release:action"
     assert isinstance(gone, RecordError) and gone.kind == "missing_media" and "frames[1]" in gone.message
     assert len(bodies) == 2
     first = next(b for b in bodies if "3 frames" in b["messages"][-1]["content"][-1]["text"])
@@ -158,8 +159,8 @@ def test_a_server_gets_the_frames_as_data_urls_before_the_prompt_and_its_reply_i
     assert all(p["image_url"]["url"].startswith("data:image/jpeg;base64,") for p in parts[:3])
     assert parts[-1]["text"].startswith("These are 3 frames extracted from a video sequence depicting peeling an "
                                         "orange, provide a description for each frame.")
-    assert parts[-1]["text"].endswith("<Frame 1>: Your description\n<Frame 2>: Your description\n"
-                                      "<Frame 3>: Your description") and first["temperature"] == 0.0
+    assert parts[-1]["text"].endswith("Reply with the following format:\n<Frame 1>: Your description\n...\n"
+                                      "<Frame 3>: Your description\n") and first["temperature"] == 0.0
 
 
 def test_a_reply_missing_a_frame_is_asked_again_once_then_an_error_naming_the_frames(server, photos):
