@@ -3,8 +3,10 @@
 ShowHowTo (Sec. 3.1) asks an LLM whether a video "actively demonstrates or teaches how to
 perform a specific task with physical steps", from its title and the beginning of its
 transcript (about 1,500 characters, 2,000 more for videos over 400 s), with a few examples
-of each kind. The answer is constrained to {"answer": "Yes"|"No", "explanation": ...}, so a
-small model cannot ramble its way out of the format.
+of each kind. The reply is constrained to {"explanation": ..., "answer": "Yes"|"No"}, so a small
+model cannot ramble its way out of the format; the explanation comes first, so that the label follows
+from what the model has just said of the video (asked label first, the 1.5B model answered Yes to a
+vlog it had called a vlog: evaluation/showhowto/RESULTS.md, the filter on held-out transcripts).
 
 A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
 without asking the model: there is no narration to mine steps from.
@@ -27,11 +29,11 @@ STAGE = "filter-instructional"
 NO_TITLE = "(no title)"
 ANSWER_SCHEMA = {
     "type": "object",
-    "properties": {
-        "answer": {"type": "string", "enum": ["Yes", "No"]},
+    "properties": {  # in this order: the grammar makes the model write the explanation first
         "explanation": {"type": "string", "maxLength": 300},
+        "answer": {"type": "string", "enum": ["Yes", "No"]},
     },
-    "required": ["answer", "explanation"],
+    "required": ["explanation", "answer"],
 }
 
 

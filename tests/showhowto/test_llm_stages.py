@@ -295,3 +295,18 @@ def test_the_default_model_extracts_ordered_plausible_steps(pressure_cooker):
     assert [s["start"] for s in items] == sorted(s["start"] for s in items)
     words = " ".join(s["text"].lower() for s in items)
     assert sum(w in words for w in ("potato", "foil", "water", "steam", "cook")) >= 3
+
+
+def test_the_filter_asks_for_its_explanation_before_its_label():
+    # Asked label first, the 1.5B model said Yes to a vlog it then called a vlog (2 of 12 held-out labels
+    # against their own reasons; 0 of 12 explanation first: evaluation/showhowto/filter_quality.py). The
+    # constrained reply writes the properties in the schema's order, and the worked examples show it.
+    from vi.pipelines.common.chat_prompt import load_prompt
+    from vi.pipelines.showhowto.filter_instructional import ANSWER_SCHEMA, parse_answer
+
+    assert list(ANSWER_SCHEMA["properties"]) == ["explanation", "answer"]
+    assert ANSWER_SCHEMA["required"] == ["explanation", "answer"]
+    examples = [m["content"] for m in load_prompt("filter_instructional", None, ("title", "transcript")).render(
+        title="t", transcript="x") if m["role"] == "assistant"]
+    assert examples and all(e.index('"explanation"') < e.index('"answer"') for e in examples)
+    assert parse_answer('{"explanation": "A vlog of a weekend.", "answer": "No"}', "r") == (False, "A vlog of a weekend.")
