@@ -54,9 +54,10 @@ class GeneratorTrainConfig(RunConfig):
 
     data: list[Path] = option(default_factory=list, flag="--data", exists=True, file_okay=False,
                               help="A vi export showhowto folder (repeatable).", panel=DATA, show_default=False)
-    init: Path = option(exists=True, hidden_aliases=("--model",), show_default=False, panel=MODEL, help=(
+    init: Path = option(hidden_aliases=("--model",), show_default=False, panel=MODEL, help=(
         "The weights to start from: a release file (DynamiCrafter's dynamicrafter_256_v1.ckpt, as the paper; "
-        "showhowto_2to8steps.pt) or a vi train showhowto checkpoint or run."))
+        "showhowto_2to8steps.pt) or its name in vi models (dynamicrafter-256), or a vi train showhowto "
+        "checkpoint or run."))
     model_config: Path | None = option(None, exists=True, dir_okay=False, panel=MODEL, help=(
         "Its lvdm config (YAML) when not the release's 256 one; default: NAME.yaml beside NAME.pt, else "
         "built in."))
@@ -107,6 +108,10 @@ class GeneratorTrainConfig(RunConfig):
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if not 0 <= self.ema < 1:
             raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {self.ema}")
+        try:  # a catalogue name not fetched yet: ModelNotAvailable (exit 5) with where to get it
+            resolve_source(Path(self.init), self.model_config)
+        except FileNotFoundError as exc:
+            raise ValueError(f"--init {self.init}: {exc}") from None
 
     @property
     def warmup(self) -> int:
