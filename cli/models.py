@@ -37,7 +37,7 @@ def models_command(
     for column in ("role", "format", "source", "here"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        where = "PyPI" if row["embedded"] else "web" if row["install"].startswith("wget") else "hub cache"
+        where = "PyPI" if row["embedded"] else "web" if row["install"].startswith("a web file") else "hub cache"
         table.add_row(row["alias"], row["role"], row["format"], where,
                       "[green]yes[/green]" if row["available"] else "[red]no[/red]")
     console.print(table)

@@ -142,9 +142,9 @@ CATALOG: dict[str, ModelSpec] = {spec.alias: spec for spec in [
 
 def _url(alias: str, role: str, url: str, sha256: str, filename: str, license: str, summary: str) -> ModelSpec:
     """A weights file served by its authors: `wget` into vi's cache is what gets it (or give its path)."""
-    source = UrlFile(url, sha256, filename)
-    return ModelSpec(alias, role, "torch-state-dict", source, license, summary,
-                     f"wget -O {source.path()} {url}  (sha256 {sha256[:16]}...; or pass the file's path)")
+    # the address does not fit a terminal line: docs/models.md gives it (and `vi generate` names it when missing)
+    return ModelSpec(alias, role, "torch-state-dict", UrlFile(url, sha256, filename), license, summary,
+                     "a web file: docs/models.md gives its URL and sha256")
 
 
 # ShowHowTo's generator: the release's weights, and DynamiCrafter's, which the paper fine-tunes from

@@ -27,6 +27,7 @@ not), unless the user allowed downloads (VI_ALLOW_DOWNLOAD=1 and HF_HUB_OFFLINE 
     detector           alias, folder or hub id                          HFModelFiles
     video-encoder      open_clip:REF, efficientnet-lite0, hf:REF        EncoderSpec
                        (clip_arch=, frames=)
+    generator          a file, or its catalogue name (then in vi's cache)  Path
 
 Each role's checks live with its loader (vision.py, dino.py, vlm.py, ...), imported on first
 use, so `vi models` and a command's --help import none of them.
@@ -133,6 +134,16 @@ def _detector(ref: str) -> HFModelFiles:
     return locate_detector(ref)
 
 
+def _generator(ref: str) -> Path:
+    """A generator's weights file: a path, or a catalogue name whose file is in vi's cache."""
+    from vi.core.models.catalog import get_spec
+
+    spec = get_spec(ref)
+    if spec is not None and spec.role == "generator" and not Path(ref).exists():
+        return spec.source.locate(spec.alias)
+    return Path(ref)
+
+
 def _video_encoder(ref: str, clip_arch: str | None = None, frames: int = 8) -> EncoderSpec:
     from vi.core.models.video_encoder import resolve_video_encoder
 
@@ -142,7 +153,7 @@ def _video_encoder(ref: str, clip_arch: str | None = None, frames: int = 8) -> E
 ROLES: dict[str, Callable[..., Any]] = {
     "asr": _asr, "alignment": _alignment, "llm": _llm, "causal-lm": _causal_lm,
     "text-embedding": _text_embedding, "image-classifier": _image_classifier, "clip": _clip,
-    "dino": _dino, "vlm": _vlm, "detector": _detector, "video-encoder": _video_encoder,
+    "dino": _dino, "vlm": _vlm, "detector": _detector, "video-encoder": _video_encoder, "generator": _generator,
 }
 
 

@@ -349,13 +349,10 @@ def model_config_for(weights: Path, given: Path | None) -> Path | None:
 def resolve_source(path: Path, model_config: Path | None = None) -> Source:
     """A release file (or its name in `vi models`: showhowto-2to8steps, dynamicrafter-256), a checkpoint
     folder, or a training run (its newest checkpoint)."""
-    from vi.core.models.catalog import get_spec
+    from vi.core.models.resolve import resolve
     from vi.core.training import latest_checkpoint
 
-    path = Path(path)
-    spec = get_spec(str(path)) if not path.exists() else None
-    if spec is not None and spec.role == "generator":  # a catalogue name: the file in vi's cache
-        path = spec.source.locate(spec.alias)
+    path = resolve(path, "generator")  # a catalogue name: its file in vi's cache
     if path.is_dir():
         found = path if (path / CHECKPOINT).is_file() else latest_checkpoint(path, CHECKPOINT)
         if found is None:
