@@ -149,7 +149,7 @@ def vae_references(model, size: int) -> dict[tuple[str, str], np.ndarray]:
                           for b, s in keys]) / 127.5 - 1
     with torch.no_grad():
         moments = model.latent_moments(frames.to(model.device))
-        decoded = model.decode(model.sample_latents(moments, torch.zeros_like(moments[:, :moments.shape[1] // 2])))
+        decoded = model.decode(model.sample_latents(moments, None))
     return dict(zip(keys, to_uint8(decoded)))
 
 

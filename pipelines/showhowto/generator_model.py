@@ -228,10 +228,12 @@ class ShowHowToModel(nn.Module):
         posterior = self.first_stage_model.encode(frames.float()).latent_dist
         return torch.cat([posterior.mean, posterior.logvar], dim=1)
 
-    def sample_latents(self, moments: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """A posterior draw, scaled: (mean + std * noise) * scale_factor (the release samples it)."""
-        mean, logvar = moments.chunk(2, dim=1)
-        return (mean + torch.exp(0.5 * logvar.clamp(-30.0, 20.0)) * noise.to(mean)) * self.spec.scale_factor
+    def sample_latents(self, moments: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """A posterior draw, scaled: (mean + std * noise) * scale_factor (the release samples it); noise None:
+        the mean."""
+        from vi.pipelines.showhowto.generator_vae import sample_posterior
+
+        return sample_posterior(moments, None if noise is None else noise.to(moments)) * self.spec.scale_factor
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, chunk: int = 4) -> torch.Tensor:

@@ -159,6 +159,7 @@ class Encoded:
         # keyed by the sequence object: two datasets (--data, --val) may use the same keys
         self.frames: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.texts: dict[str, torch.Tensor] = {}
+        self._blank: torch.Tensor | None = None
 
     def pixels(self, sequence: DatasetSequence) -> torch.Tensor:
         import numpy as np
@@ -189,10 +190,9 @@ class Encoded:
 
     def blank_tokens(self) -> torch.Tensor:
         """The image tokens of an all-zero image: the dropped image, as the release's sampler's unconditional."""
-        if "blank" not in self.__dict__:
-            self.__dict__["blank"] = self.m.image_tokens(torch.zeros(1, 3, self.size, self.size,
-                                                                     device=self.m.device))[0]
-        return self.__dict__["blank"]
+        if self._blank is None:
+            self._blank = self.m.image_tokens(torch.zeros(1, 3, self.size, self.size, device=self.m.device))[0]
+        return self._blank
 
     def batch(self, sequences, starts, k, joined: bool, generator: torch.Generator,
               drop_text: torch.Tensor | None = None, drop_image: torch.Tensor | None = None):
