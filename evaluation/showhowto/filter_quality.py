@@ -1,9 +1,16 @@
-"""`vi filter-instructional` on held-out transcripts written for measuring only (heldout/
-filter_transcripts.jsonl: how-tos with asides and "I'm going to", vlogs that say what they will do,
-reviews, an unboxing, a lecture, a podcast, news), kept apart from the prompt's worked examples and
-never tuned on: accuracy per kind, and whether each label agrees with the model's own explanation.
+"""`vi filter-instructional` on held-out transcripts: accuracy per kind, and whether each label agrees
+with the model's own explanation.
 
-    python -m vi.evaluation.showhowto.filter_quality [--llm qwen2.5-coder-1.5b]
+Two sets, kept apart:
+- measure (heldout/filter_transcripts.jsonl, the default): 20 transcripts written for measuring only and
+  never looked at while designing: how-tos with asides, self-corrections and "I'm going to", vlogs that
+  do physical things (moving, an allotment, a nursery makeover), reviews, unboxings, a lecture, a
+  podcast, a conference talk, news. The first 12 were written for stop 40, the last 8 for issue 38's
+  filter redesign, before any of its runs;
+- tune (heldout/filter_tune.jsonl): 8 transcripts of the same kinds that a design may be tried on.
+Neither shares a transcript with the prompt's worked examples.
+
+    python -m vi.evaluation.showhowto.filter_quality [--set measure|tune] [--llm qwen2.5-coder-1.5b]
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ import json
 import re
 from pathlib import Path
 
-HELDOUT = Path(__file__).parent / "heldout" / "filter_transcripts.jsonl"
+SETS = {"measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
+        "tune": Path(__file__).parent / "heldout" / "filter_tune.jsonl"}
 # a reason that calls the video one of these (and does not negate it) argues for "No"
 NOT_HOWTO = re.compile(r"\b(vlog|review|unboxing|talk|lecture|interview|podcast|news|opinion|diary|day in)", re.I)
 
@@ -23,13 +31,13 @@ def reason_says_no(reason: str) -> bool:
     return bool(NOT_HOWTO.search(lowered)) or "not instructional" in lowered or "not a demonstration" in lowered
 
 
-def run(llm: str) -> dict:
+def run(llm: str, which: str = "measure") -> dict:
     from vi.core.models.catalog import DEFAULT_LLM
     from vi.pipelines.showhowto import filter_instructional as fi
 
     config = fi.FilterConfig(llm=llm or DEFAULT_LLM)
     rows = []
-    for line in HELDOUT.read_text().splitlines():
+    for line in SETS[which].read_text().splitlines():
         item = json.loads(line)
         record = {"id": item["id"], "title": item["title"],
                   "transcript": {"segments": [{"start": 0.0, "end": 60.0, "text": item["text"]}]}}
@@ -38,7 +46,7 @@ def run(llm: str) -> dict:
         rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
                      "reason": got["reason"], "agrees_with_reason": agrees})
     kinds = sorted({r["kind"] for r in rows})
-    return {"llm": config.llm, "transcripts": len(rows),
+    return {"llm": config.llm, "set": which, "transcripts": len(rows),
             "accuracy": round(sum(r["label"] == r["truth"] for r in rows) / len(rows), 3),
             "per_kind": {k: f"{sum(r['label'] == r['truth'] for r in rows if r['kind'] == k)}/"
                             f"{sum(r['kind'] == k for r in rows)}" for k in kinds},
@@ -48,8 +56,10 @@ def run(llm: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
+    parser.add_argument("--set", choices=sorted(SETS), default="measure",
+                        help="measure: the held-out transcripts (never designed on); tune: the ones a design may see")
     args = parser.parse_args()
-    print(json.dumps(run(args.llm), indent=1))
+    print(json.dumps(run(args.llm, args.set), indent=1))
 
 
 if __name__ == "__main__":
