@@ -4,7 +4,9 @@ The page's script draws a small vocabulary of blocks, so everything a kind means
 here, in pure functions that tests can call:
 - `frames`: a row of pictures, each with a heading, lines of (who, text) and a highlight;
 - `table`: a header and rows of text cells (a row may carry a class: kept, dropped, ...);
-- `text`: a labelled paragraph;  `kv`: short facts on one line;  `errors`: the record's errors.
+- `text`: a labelled paragraph;  `kv`: short facts on one line;  `errors`: the record's errors;
+- `legend`: what the letters and words of a block mean (term, meaning) pairs; the page's text filter
+  skips it, since every record of a kind carries the same legend.
 Every string is drawn as text by the page (never as HTML), so record content cannot inject markup.
 
 Kinds, first match wins (a record with errors keeps its kind, and its errors are shown first):
@@ -61,6 +63,18 @@ def text(label: str, value: Any) -> dict:
 def table(label: str, head: list[str], rows: list[list[Any]], classes: list[str] | None = None) -> dict:
     return {"t": "table", "label": label, "head": head, "rows": [[_text(c) for c in row] for row in rows],
             **({"classes": classes} if classes else {})}
+
+
+def legend(label: str, items: list[tuple[str, str]]) -> dict:
+    return {"t": "legend", "label": label, "items": [[term, meaning] for term, meaning in items]}
+
+
+def _compact(value: Any, width: int = 120) -> str:
+    """A value of a field the view does not know, on one line: a string as it is, else its JSON."""
+    import json
+
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return shown if len(shown) <= width else shown[:width - 1] + "…"
 
 
 def frame(picture, head: str, lines: list[tuple[str, Any]] = (), mark: str | None = None) -> dict:
@@ -135,39 +149,48 @@ def steps_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> list[
                  ("steps by", steps.get("model")), ("frames by", _dict(record.get("alignment")).get("model")),
                  ("instructional", _dict(record.get("instructional")).get("label"))),
               frames("steps and their frames", row)]
-    # `lines` is [first, last]: 0-based indices into transcript.segments (vi extract-steps);
-    # shown 1-based, as the transcript table numbers its lines.
+    # `lines` is [first, last]: indices into transcript.segments, from 0 (docs/records.md). The view
+    # shows the same numbers, as "segment N", so a number read here is `transcript.segments[N]`.
     spans = [_span(item.get("lines")) for item in items]
     cited: dict[int, list[str]] = {}
     for n, span in enumerate(spans, 1):
         for k in range(span[0], span[1] + 1) if span else ():
             cited.setdefault(k, []).append(str(n))
     step_rows = [[n, f"{_t(i.get('start'))}–{_t(i.get('end'))}", i.get("text"),
-                  "" if span is None else str(span[0] + 1) if span[0] == span[1] else f"{span[0] + 1}–{span[1] + 1}"]
+                  "" if span is None else str(span[0]) if span[0] == span[1] else f"{span[0]}–{span[1]}"]
                  for n, (i, span) in enumerate(zip(items, spans), 1)]
-    blocks.append(table("steps", ["#", "time", "step", "transcript lines"], step_rows))
+    blocks.append(table("steps", ["#", "time", "step", "segments"], step_rows))
     blocks += transcript_table(record, cited)
+    blocks.append(legend("numbering", [("segment N", "transcript.segments[N], counted from 0: the numbers of "
+                                                     "the steps' `lines` and of the repairs")]))
     if steps.get("repairs"):
         blocks.append(table("repairs to the LLM's reply", ["repair"], [[r] for r in _list(steps["repairs"])]))
     return blocks
 
 
 def transcript_table(record: Record, cited: dict[int, list[str]] | None = None) -> list[dict]:
-    segments = [s for s in _list(_dict(record.get("transcript")).get("segments")) if isinstance(s, dict)]
+    raw = _list(_dict(record.get("transcript")).get("segments"))
+    # numbered as records number them: index k of transcript.segments (steps' `lines`, `line_labels`),
+    # a segment that is not an object keeping its number
+    segments = [(k, s) for k, s in enumerate(raw) if isinstance(s, dict)]
     if not segments:
         return []
-    rows = [[k + 1, f"{_t(s.get('start'))}–{_t(s.get('end'))}", s.get("text")] for k, s in enumerate(segments)]
+    rows = [[k, f"{_t(s.get('start'))}–{_t(s.get('end'))}", s.get("text")] for k, s in segments]
     if cited is None:
-        return [table("transcript", ["line", "time", "said"], rows)]
-    rows = [[*row, ", ".join(cited.get(k, []))] for k, row in enumerate(rows)]
-    return [table("transcript", ["line", "time", "said", "step"], rows, ["cited" if r[3] else "" for r in rows])]
+        return [table("transcript", ["segment", "time", "said"], rows)]
+    labels = _list(_dict(record.get("steps")).get("line_labels"))  # the label pass's, one per segment
+    head = ["segment", "time", "said", "step"] + (["label"] if labels else [])
+    rows = [[*row, ", ".join(cited.get(k, [])), *([labels[k] if k < len(labels) else None] if labels else [])]
+            for (k, _), row in zip(segments, rows)]
+    return [table("transcript", head, rows, ["cited" if r[3] else "" for r in rows])]
 
 
 def transcript_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> list[dict]:
     transcript, label = record["transcript"], _dict(record.get("instructional"))
     return [kv(("video", record.get("video")), ("duration", _t(record.get("duration"))),
                ("transcribed by", transcript.get("model")), ("language", transcript.get("language")),
-               ("instructional", label.get("label")), ("why", label.get("reason"))),
+               ("instructional", label.get("label")), ("why", label.get("reason")),
+               ("decided by", _dict(label.get("decision")).get("method"))),
             *transcript_table(record)]
 
 
@@ -263,7 +286,8 @@ def captions_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> li
             lines.append(("caption", keyframes[i]["caption"]))
         pair = change_into.get(i)
         if pair:
-            verdict = {True: "progressed", False: "no change", None: "uncertain"}.get(pair.get("change"), "")
+            changed = "progressed" if progression.get("prompt") == "eval" else "changed"
+            verdict = {True: changed, False: "no change", None: "uncertain"}.get(pair.get("change"), "")
             lines.append(("from the frame before", f"{verdict} (consensus {_text(pair.get('consensus')) or '-'})"))
         for name, entries in matching.items():
             entry = entries.get(i)
@@ -281,21 +305,83 @@ def captions_blocks(record: Record, thumbs: Thumbnails, roots: list[Path]) -> li
                  ("distinct frames", ", ".join(str(d) for d in _list(progression.get("distinct"))) or None)),
               frames("frames and captions", row)]
     if progression.get("pairs"):
-        rows = []
-        for p in _list(progression["pairs"]):
-            if not isinstance(p, dict):
-                continue
-            answers = "; ".join(f"{cap}: " + ", ".join(f"{j} {a}" for j, a in _dict(by).items())
-                                for cap, by in _dict(p.get("answers")).items())
-            passed = ", ".join(f"{c} {'yes' if ok else 'no'}" for c, ok in _dict(p.get("passed")).items())
-            rows.append([" → ".join(str(f) for f in _list(p.get("frames"))), p.get("consensus"),
-                         {True: "yes", False: "no"}.get(p.get("change"), "?"), answers, passed])
-        blocks.append(table(f"progression ({_text(progression.get('prompt'))} prompt)",
-                            ["frames", "consensus", "change", "answers", "captioner agrees"], rows))
+        blocks += progression_blocks(progression)
     verdicts = [[name, _dict(m).get("verdict"), _dict(m).get("scorer")] for name, m in _dict(record.get("matching")).items()]
     if verdicts:
         blocks.append(table("caption matching", ["captioner", "verdict", "judge"], verdicts,
                             [_text(v[1]) for v in verdicts]))
+        blocks.append(legend("what the verdicts mean", MATCH_VERDICTS))
+    return blocks
+
+
+# What each letter of vi judge progression's prompts means, in the paper's option order
+# (pipelines/progresscaptioner/judge_progression.py; a test checks "change" against letter_to_change).
+PROGRESSION_LETTERS = {
+    "pseudo": [("A", "the images likely look similar (no significant change)", "change: no"),
+               ("B", "there are noticeable changes between image 1 and image 2", "change: yes"),
+               ("C", "it is not possible to tell from the captions", "change: ? (no label)")],
+    "eval": [("A", "action progression: the action has advanced from image 1 to image 2", "change: yes"),
+             ("B", "no action progression: the same action, maybe another viewpoint or hand position",
+              "change: no"),
+             ("C", "uncertain whether the action progressed", "change: ? (no label)")],
+}
+PROGRESSION_TERMS = [
+    ("answers", "each captioner's caption pair, each judge's letter"),
+    ("consensus", "the most frequent letter over every judge and captioner; a tie: none (-)"),
+    ("change", "what the consensus letter says: yes, no, or ? when it is C or there is none"),
+    ("captioner agrees", "yes when the captioner's own majority letter is the consensus and the consensus "
+                         "is A or B; a 2-frame record's caption pair is chosen by vi captioner-data only "
+                         "then (and when matching is right)"),
+]
+# vi judge match's sequence verdict and what vi captioner-data makes of it (judge_match.verdict)
+MATCH_VERDICTS = [
+    ("good", "every matched frame got its own caption; vi captioner-data takes the captions as the chosen "
+             "sample (c+: SFT, and DPO's preferred side)"),
+    ("rejected", "more than half of the matched frames got another frame's caption or none; vi "
+                 "captioner-data takes them as the rejected sample (c-: DPO's other side)"),
+    ("neither", "some frames got a wrong caption, but not more than half; vi captioner-data makes no "
+                "sample of a 3-6 frame sequence that is neither (a 2-frame pair is chosen or rejected by "
+                "progression and matching together)"),
+    ("match [captioner] on a frame", "the judge's letter and whose caption it picked; the options are "
+                                     "shuffled per frame, the last one is \"none of the above\""),
+]
+KNOWN_PAIR_FIELDS = ("frames", "answers", "consensus", "change", "passed")
+
+
+def _answers(by_captioner: Any) -> str:
+    """`answers` of one pair: captioner -> judge -> a letter (or whatever a judge recorded per order)."""
+    return "; ".join(f"{cap}: " + ", ".join(f"{judge} {_compact(said, 60)}" for judge, said in _dict(by).items())
+                     for cap, by in _dict(by_captioner).items())
+
+
+def progression_blocks(progression: dict) -> list[dict]:
+    prompt = _text(progression.get("prompt"))
+    pairs = [p for p in _list(progression["pairs"]) if isinstance(p, dict)]
+    # fields a judge may add to a pair (how the decision was made, letters per option order...): shown
+    # as they are, one column, so a newer record still reads
+    extra = [k for k in dict.fromkeys(k for p in pairs for k in p) if k not in KNOWN_PAIR_FIELDS]
+    rows = []
+    for p in pairs:
+        passed = ", ".join(f"{c} {'yes' if ok else 'no'}" for c, ok in _dict(p.get("passed")).items())
+        rows.append([" → ".join(str(f) for f in _list(p.get("frames"))), p.get("consensus"),
+                     {True: "yes", False: "no"}.get(p.get("change"), "?"), _answers(p.get("answers")), passed,
+                     *([("; ".join(f"{k}: {_compact(p[k])}" for k in extra if k in p))] if extra else [])])
+    blocks = [table(f"progression ({prompt} prompt)",
+                    ["frames", "consensus", "change", "answers", "captioner agrees", *(["how decided"] if extra else [])],
+                    rows)]
+    others = [(k, _compact(v)) for k, v in progression.items()
+              if k not in ("prompt", "judges", "captioners", "pairs", "distinct", "action") and v not in (None, "", [], {})]
+    if others:
+        blocks.append(kv(*others))
+    letters = PROGRESSION_LETTERS.get(prompt)
+    if letters:
+        blocks.append(legend(f"what the letters mean ({prompt} prompt, the paper's option order)",
+                             [(letter, f"{means}; {change}") for letter, means, change in letters]
+                             + PROGRESSION_TERMS))
+    else:
+        blocks.append(legend("what the letters mean", [("A, B, C", f"the options of the {prompt or 'unnamed'} "
+                                                                   "prompt, as its file defines them")]
+                             + PROGRESSION_TERMS))
     return blocks
 
 
@@ -359,6 +445,8 @@ def search_text(record_id: str, title: str, blocks: list[dict], limit: int = 300
     parts = [record_id, title]
 
     def walk(value):
+        if isinstance(value, dict) and value.get("t") == "legend":
+            return  # the same on every record of a kind: it would match them all
         if isinstance(value, str):
             parts.append(value)
         elif isinstance(value, dict):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.common.view_fixtures import INJECTED, all_records, write_jsonl
 from tests.conftest import run_vi
-from vi.evaluation.view.kinds import recognise, view_blocks
+from vi.evaluation.view.kinds import recognise, search_text, view_blocks
 from vi.evaluation.view.report import Source, write_report
 from vi.evaluation.view.thumbs import Thumbnails
 
@@ -65,11 +65,28 @@ def test_steps_show_each_step_frame_and_the_transcript_lines_it_cites(records, t
     assert row[1]["href"].endswith("clip.mp4")       # no saved path: the frame is cut from the video
     assert row[2]["missing"] == "no frame aligned" and "thumb" not in row[2]
     transcript = next(b for b in blocks if b["t"] == "table" and b["label"] == "transcript")
-    # lines [1, 2] are 0-based indices into transcript.segments: the 2nd and 3rd lines, shown as 2 and 3
     assert [r[3] for r in transcript["rows"]] == ["", "1", "1", "", "2, 3"]
     assert transcript["classes"] == ["", "cited", "cited", "", "cited"]
+
+
+def test_steps_and_transcript_count_segments_as_records_do(records, tmp_path):
+    # `lines` [1, 2] are indices into transcript.segments, from 0 (docs/records.md): the view shows the
+    # same numbers, so "segment 4" on the page is transcript.segments[4] and a step's `lines` [4, 4]
+    _, recs = records
+    blocks = view_blocks(recs[0], "steps", Thumbnails(tmp_path), [])
+    transcript = next(b for b in blocks if b["t"] == "table" and b["label"] == "transcript")
+    assert transcript["head"][0] == "segment" and [r[0] for r in transcript["rows"]] == ["0", "1", "2", "3", "4"]
     steps = next(b for b in blocks if b["t"] == "table" and b["label"] == "steps")
-    assert [r[3] for r in steps["rows"]] == ["2–3", "5", "5"]
+    assert steps["head"][3] == "segments"
+    assert [r[3] for r in steps["rows"]] == ["1–2", "4", "4"]
+    assert [item["lines"] for item in recs[0]["steps"]["items"]] == [[1, 2], [4, 4], [4, 4]]
+    numbering = next(b for b in blocks if b["t"] == "legend" and b["label"] == "numbering")
+    assert "transcript.segments[N], counted from 0" in numbering["items"][0][1]
+    # the label pass's line_labels (one per segment) become a column, by the same index
+    labelled = {**recs[0], "steps": {**recs[0]["steps"], "line_labels": ["TALK", "ACTION", "ACTION", "TALK", "ACTION"]}}
+    table = next(b for b in view_blocks(labelled, "steps", Thumbnails(tmp_path), [])
+                 if b["t"] == "table" and b["label"] == "transcript")
+    assert table["head"][-1] == "label" and [r[-1] for r in table["rows"]][:2] == ["TALK", "ACTION"]
 
 
 def test_pairs_show_both_clips_and_the_kept_and_dropped_qa_with_reasons(records, tmp_path):
@@ -102,6 +119,63 @@ def test_captions_show_every_captioner_verdicts_matching_and_keyframes(records, 
     tables = {b["label"]: b for b in blocks if b["t"] == "table"}
     assert tables["caption matching"]["classes"] == ["good", "rejected"]
     assert [r[2] for r in tables["progression (pseudo prompt)"]["rows"]] == ["yes", "?", "yes"]
+
+
+def _legend(blocks: list[dict], start: str) -> dict[str, str]:
+    return dict(next(b for b in blocks if b["t"] == "legend" and b["label"].startswith(start))["items"])
+
+
+@pytest.mark.parametrize("prompt", ["pseudo", "eval"])
+def test_the_judges_letters_are_explained_under_the_records_prompt(records, tmp_path, prompt):
+    from vi.pipelines.progresscaptioner.judge_progression import letter_to_change
+
+    _, recs = records
+    record = {**recs[3], "progression": {**recs[3]["progression"], "prompt": prompt}}
+    blocks = view_blocks(record, "captions", Thumbnails(tmp_path), [])
+    letters = _legend(blocks, f"what the letters mean ({prompt} prompt")
+    assert {"A", "B", "C", "consensus", "change"} <= set(letters)
+    said = {"pseudo": ("look similar", "noticeable changes", "not possible to tell"),
+            "eval": ("action has advanced", "no action progression", "uncertain")}[prompt]
+    assert [w in letters[k] for k, w in zip("ABC", said)] == [True, True, True]
+    # what each letter says of "change" is what the judge's own mapping says
+    for letter in "ABC":
+        expected = {True: "change: yes", False: "change: no", None: "change: ?"}[letter_to_change(letter, prompt)]
+        assert expected in letters[letter], (letter, letters[letter])
+    # the frame line says what the pair's change means under this prompt
+    row = next(b for b in blocks if b["t"] == "frames")["items"]
+    assert dict(row[1]["lines"])["from the frame before"].startswith("progressed" if prompt == "eval" else "changed")
+
+
+def test_the_matching_verdicts_are_explained(records, tmp_path):
+    _, recs = records
+    blocks = view_blocks(recs[3], "captions", Thumbnails(tmp_path), [])
+    verdicts = _legend(blocks, "what the verdicts mean")
+    assert "chosen" in verdicts["good"] and "rejected sample" in verdicts["rejected"]
+    assert "more than half" in verdicts["rejected"] and "no sample" in verdicts["neither"]
+
+
+def test_fields_a_judge_adds_to_a_pair_are_shown_not_lost(records, tmp_path):
+    # vi judge progression may record how each pair was decided (letters per option order, a method):
+    # the view shows such fields as they are, and answers that are not one letter
+    _, recs = records
+    progression = recs[3]["progression"]
+    pairs = [{**p, "method": "orders", "decision": "letters of both orders agree: change",
+              "answers": {"captions": {"qwen2.5-coder-1.5b": {"paper": "B", "swapped": "A"}}}}
+             for p in progression["pairs"]]
+    record = {**recs[3], "progression": {**progression, "pairs": pairs, "debias": "orders"}}
+    blocks = view_blocks(record, "captions", Thumbnails(tmp_path), [])
+    table = next(b for b in blocks if b["t"] == "table" and b["label"].startswith("progression"))
+    assert table["head"][-1] == "how decided"
+    assert "method: orders" in table["rows"][0][-1] and "letters of both orders agree" in table["rows"][0][-1]
+    assert '"paper":"B"' in table["rows"][0][3]
+    assert ["debias", "orders"] in next(b for b in blocks if b["t"] == "kv" and ["debias", "orders"] in b["items"])["items"]
+
+
+def test_legends_are_not_what_the_text_filter_searches(records, tmp_path):
+    _, recs = records
+    blocks = view_blocks(recs[3], "captions", Thumbnails(tmp_path), [])
+    assert "noticeable changes" not in search_text("seq-1", "", blocks)
+    assert "peel an orange" in search_text("seq-1", "peel an orange", blocks)
 
 
 def test_generated_shows_scene_prompts_frames_and_source(records, tmp_path):
@@ -194,3 +268,11 @@ def test_relative_paths_are_found_beside_the_jsonl_or_under_media_root(records, 
     _, chunks = _load(tmp_path / "rep2")
     row = next(b for b in chunks[0]["blocks"] if b["t"] == "frames")["items"]
     assert row[0]["missing"] == "not found: orange.jpg" and "thumb" in row[1]
+
+
+def test_the_filters_decision_is_shown_beside_its_label(records, tmp_path):
+    _, recs = records
+    decided = {**recs[5], "instructional": {"label": False, "reason": "It is a vlog of a moving day.",
+                                            "decision": {"method": "questions disagree; uncertain, set aside"}}}
+    facts = dict(view_blocks(decided, "transcript", Thumbnails(tmp_path), [])[0]["items"])
+    assert facts["instructional"] == "False" and facts["decided by"] == "questions disagree; uncertain, set aside"

@@ -180,3 +180,18 @@ def test_pages_of_a_large_report_load_their_chunks_and_links_find_a_record(brows
     assert json.loads(view.page.evaluate("JSON.stringify(Object.keys(state.chunks))"))
     assert view.problems == []
     view.page.close()
+
+
+def test_the_legends_are_drawn_and_open_to_say_what_letters_and_verdicts_mean(browser, report):
+    page_path, _ = report
+    view = Page(browser, f"{page_path.as_uri()}#kind=captions")
+    article = view.page.locator("article.record").first
+    legends = article.locator("details.legend")
+    assert legends.count() == 2 and "unknown block" not in article.text_content()
+    letters = legends.nth(0)
+    assert letters.locator("summary").text_content().startswith("what the letters mean (pseudo prompt")
+    letters.locator("summary").click()
+    assert "noticeable changes" in letters.locator("dl").inner_text()
+    assert "neither" in legends.nth(1).locator("dl").text_content()
+    assert view.problems == []
+    view.page.close()

@@ -77,6 +77,10 @@ const draw = {
   columns(block) {
     return el("div", {class: "columns"}, ...block.columns.map((col) => el("div", {class: "column"}, ...col.map(drawBlock))));
   },
+  legend(block) {
+    return el("details", {class: "legend"}, el("summary", {}, block.label),
+              el("dl", {}, ...block.items.flatMap(([term, meaning]) => [el("dt", {}, term), el("dd", {}, meaning)])));
+  },
   errors(block) {
     return el("ul", {class: "errors"}, ...block.items.map((e) => el("li", {},
       el("b", {}, e.stage || "?"), " ", el("code", {}, e.kind || "?"), " ", e.message)));
