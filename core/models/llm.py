@@ -125,6 +125,12 @@ class ChatLLM:
     def n_ctx(self) -> int:
         return self.llama.n_ctx()
 
+    def option_log_probs(self, messages: list[dict[str, str]], options: Sequence[str],
+                         reply_prefix: str = "") -> list[float]:
+        """Each option's log-likelihood as the reply (`option_log_probs`): a stage asks a backend
+        for this method to score answers where the backend can, and samples them where not."""
+        return option_log_probs(self, messages, options, reply_prefix)
+
     def count_tokens(self, text: str) -> int:
         return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
@@ -281,6 +287,15 @@ def next_token_log_probs(llm: ChatLLM, text: str) -> np.ndarray:
     must not depend on what was evaluated before)."""
     _evaluate(llm, llm.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
     return _log_softmax(_last_logits(llm).copy()[None])[0]
+
+
+def option_log_probs(llm: ChatLLM, messages: list[dict[str, str]], options: Sequence[str],
+                     reply_prefix: str = "") -> list[float]:
+    """log P(option | chat prompt, `reply_prefix`) for each option, summed over its tokens: the
+    answer a model would give, scored instead of sampled, for every option alike. The prompt is
+    evaluated once (the options reuse its cache); --concurrency's threads take turns."""
+    with llm._lock:
+        return [sum(continuation_log_probs(llm, messages, option, reply_prefix)) for option in options]
 
 
 def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = "YES", no: str = "NO",

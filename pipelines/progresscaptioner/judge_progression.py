@@ -10,6 +10,18 @@ grammar, a server gets it as response_format, transformers validates and asks ag
 still answers something else is asked again with what was wrong (`chat.chat_json`, 3 asks in all);
 after that the record becomes an `llm_output_invalid` error naming the pair, captioner and judge.
 
+How a judge's letter is made (--debias; each judge's `verdicts` entry records the letters of each order, the
+probabilities where they were scored, the captions' similarity and how the answer was decided):
+- none: the paper's prompt asked once, the letter as it is (the paper's behaviour);
+- orders: asked twice, the paper's prompt and the same prompt with the meanings of A and B swapped; the two
+  letters agree: that answer; they disagree (a letter the model prefers whatever the content): uncertain;
+- calibrated (the default): on llama.cpp the letters of both orders are scored by likelihood and calibrated
+  (contextual calibration: divided by the letter probabilities the same prompt gives content-free captions
+  "N/A"), then combined as under orders; a backend without likelihoods (openai:, transformers:) gets orders.
+Under orders and calibrated, a pair the orders leave undecided goes to --embedder (minilm-l6): captions at
+least --same-state alike show the same state (no change), less alike a change. The judge's letter in
+`answers` is the paper's letter for the decision (eval A progressed, B not, C uncertain).
+
 Votes, per pair (the paper: "the majority vote across all LLMs' judgements of all K caption pairs"):
 - consensus: the letter most frequent among every judge's answer on every captioner's pair; a tie for
   the most frequent letter gives null (no consensus);
@@ -32,14 +44,16 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
-from vi.core.models.catalog import DEFAULT_LLM
+from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import (LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, ChatBackend, LLMConfig, LLMSettings,
                                  chat_json, check_llm, load_llm)
 from vi.core.seeding import record_seed
@@ -48,6 +62,8 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 STAGE = "judge-progression"
 PROMPTS = {"pseudo": "progression_pseudo", "eval": "progression_eval"}
+# The same prompts with the meanings of A and B swapped: the second order of --debias orders|calibrated
+SWAPPED_PROMPTS = {"pseudo": "progression_pseudo_swapped", "eval": "progression_eval_swapped"}
 NEEDS = {"pseudo": ("desc1", "desc2"), "eval": ("action", "desc1", "desc2")}
 LETTERS = ("A", "B", "C")
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "enum": list(LETTERS)}},
@@ -114,6 +130,181 @@ def majority(letters: list[str]) -> str | None:
     if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
         return None
     return counts[0][0]
+
+
+# --- debiasing: both orders, calibrated likelihoods, and a sentence embedder -------------------------------
+# A small judge prefers one letter whatever the captions say (qwen2.5-coder-1.5b answers eval A to 92% of
+# the release's pairs). Three remedies, each recorded per pair:
+# - both orders: the paper's prompt and the same prompt with the meanings of A and B swapped; a preferred
+#   letter then says "change" in one order and "no change" in the other, and the two cancel;
+# - contextual calibration (Zhao et al. 2021): where the backend gives likelihoods (llama.cpp), the letters
+#   are scored, not sampled, and each letter's probability is divided by the one the same prompt gives
+#   content-free captions ("N/A"), which is the preference the captions did not cause;
+# - a sentence embedder (minilm-l6): two captions of one state, reworded, are near each other whatever an
+#   LLM prefers; it decides the pairs where the two orders disagree.
+
+DEBIAS = ("calibrated", "orders", "none")
+ORDERS = ("paper", "swapped")
+CONTENT_FREE = "N/A"
+SAME_STATE = 0.8  # --same-state's default: read off the tune split (evaluation/progresscaptioner/judge_heldout.py)
+REPLY_PREFIX = '{"answer": "'  # how the constrained reply starts; the letter is scored after it
+CHANGE_BY_ORDER = {"paper": CHANGE, "swapped": {"pseudo": {"A": True, "B": False}, "eval": {"A": False, "B": True}}}
+
+
+def paper_letter(change: bool | None, prompt: str) -> str:
+    """The letter of the paper's prompt that says `change` (None: C, uncertain)."""
+    if change is None:
+        return "C"
+    return next(letter for letter, meaning in CHANGE[prompt].items() if meaning is change)
+
+
+def order_change(letter: str | None, prompt: str, order: str) -> bool | None:
+    """What a letter says in one order: True change, False none, None (C or no letter) uncertain."""
+    return CHANGE_BY_ORDER[order][prompt].get(letter) if letter is not None else None
+
+
+def normalised(log_probs: list[float]) -> dict[str, float]:
+    """The letters' probabilities among A, B and C (softmax of their log-likelihoods)."""
+    top = max(log_probs)
+    weights = [math.exp(x - top) for x in log_probs]
+    return {letter: w / sum(weights) for letter, w in zip(LETTERS, weights)}
+
+
+def calibrated(probs: dict[str, float], content_free: dict[str, float]) -> dict[str, float]:
+    """Contextual calibration: each letter's probability over the one content-free captions get, renormalised;
+    a letter the prompt makes likely whatever the captions comes back to even."""
+    ratios = {letter: probs[letter] / max(content_free[letter], 1e-12) for letter in LETTERS}
+    total = sum(ratios.values())
+    return {letter: ratios[letter] / total for letter in LETTERS}
+
+
+def argmax_letter(probs: dict[str, float]) -> str:
+    return max(LETTERS, key=lambda letter: probs[letter])
+
+
+def combine_orders(changes: dict[str, bool | None]) -> bool | None:
+    """Both orders agree: their answer; they disagree, or either is uncertain: None."""
+    found = set(changes.values())
+    return found.pop() if len(found) == 1 else None
+
+
+def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
+    """The pair's decision from what the judge said (`evidence`, see PairJudge.evidence), pure:
+    {change, letter (the paper's letter for it), method, decision (why, in words)}.
+
+    - none: the paper's one letter, as it is;
+    - orders (letters of both orders): their common answer; where they disagree, C;
+    - calibrated (likelihoods of both orders): each order's letters calibrated, then their common answer;
+    then, under orders and calibrated alike, a pair the orders left uncertain is decided by the embedder when
+    there is one: similarity >= `same_state` says the same state, below it a change."""
+    method = evidence["method"]
+    if method == "none":
+        change = letter_to_change(evidence["letters"]["paper"], prompt)
+        return {"change": change, "letter": paper_letter(change, prompt), "method": "none",
+                "decision": "the paper's prompt, asked once"}
+    if method == "calibrated":
+        letters = {order: argmax_letter(evidence["calibrated"][order]) for order in ORDERS}
+        how = "calibrated letters of both orders"
+    else:
+        letters = evidence["letters"]
+        how = "letters of both orders"
+    changes = {order: order_change(letters[order], prompt, order) for order in ORDERS}
+    change = combine_orders(changes)
+    if change is not None:
+        return {"change": change, "letter": paper_letter(change, prompt), "method": method,
+                "decision": f"{how} agree: {'change' if change else 'no change'}"}
+    similarity = evidence.get("similarity")
+    if similarity is None or same_state is None:
+        return {"change": None, "letter": "C", "method": method,
+                "decision": f"{how} disagree: uncertain"}
+    change = similarity < same_state
+    return {"change": change, "letter": paper_letter(change, prompt), "method": f"{method}+embedder",
+            "decision": f"{how} disagree; caption similarity {similarity:.3f} "
+                        f"{'<' if change else '>='} {same_state}: {'change' if change else 'same state'}"}
+
+
+@dataclass
+class PairJudge:
+    """One judge LLM as the stage asks it, with --debias: the paper's prompt (and its twin with A and B
+    swapped), letters scored where the backend gives likelihoods, and the embedder for the undecided."""
+
+    llm: ChatBackend
+    prompt: str = "pseudo"
+    debias: str = "calibrated"
+    templates: dict[str, ChatPrompt] | None = None  # order -> prompt; default the packaged ones
+    embedder: object | None = None  # encode(list[str]) -> unit vectors (core.models.text_embedding)
+    same_state: float | None = None
+    _content_free: dict = field(default_factory=dict)  # (order, action) -> letter probabilities
+
+    def __post_init__(self) -> None:
+        if self.debias not in DEBIAS:
+            raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
+        self.templates = dict(self.templates or {})
+        self.templates.setdefault("paper", packaged_prompt(self.prompt))
+        if self.debias != "none":
+            self.templates.setdefault("swapped", load_prompt(SWAPPED_PROMPTS[self.prompt], None,
+                                                             needs=NEEDS[self.prompt]))
+
+    @property
+    def scores_letters(self) -> bool:
+        """Letters scored by likelihood (calibrated, on a backend that gives them), else sampled."""
+        return self.debias == "calibrated" and callable(getattr(self.llm, "option_log_probs", None))
+
+    def messages(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> list[dict]:
+        values = {"desc1": one_line(desc1), "desc2": one_line(desc2)}
+        if self.prompt == "eval":
+            values["action"] = one_line(action) if action else NO_ACTION
+        messages = self.templates[order].render(**values)
+        if self.llm.count_message_tokens(messages) + MAX_TOKENS > self.llm.n_ctx:
+            raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
+                              f"context of {self.llm.n_ctx} tokens; raise --n-ctx")
+        return messages
+
+    def letter_probs(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> dict[str, float]:
+        scores = self.llm.option_log_probs(self.messages(order, desc1, desc2, action, where), LETTERS, REPLY_PREFIX)
+        return normalised(scores)
+
+    def content_free(self, order: str, action: str | None, where: str) -> dict[str, float]:
+        """The letter probabilities of this prompt and order with content-free captions: once per action."""
+        key = (order, action if self.prompt == "eval" else None)
+        if key not in self._content_free:
+            self._content_free[key] = self.letter_probs(order, CONTENT_FREE, CONTENT_FREE, action, where)
+        return self._content_free[key]
+
+    def evidence(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
+        """What the judge says of a pair, before any decision: the letters of each order asked (and, scored,
+        their probabilities raw and calibrated), and the captions' similarity when there is an embedder."""
+        if self.debias == "none":
+            letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
+                                template=self.templates["paper"], where=where)
+            return {"method": "none", "letters": {"paper": letter}}
+        out: dict = {"method": "calibrated" if self.scores_letters else "orders"}
+        if self.scores_letters:
+            probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
+            free = {order: self.content_free(order, action, where) for order in ORDERS}
+            out["letters"] = {order: argmax_letter(probs[order]) for order in ORDERS}
+            out["probs"] = {order: _rounded(probs[order]) for order in ORDERS}
+            out["content_free"] = {order: _rounded(free[order]) for order in ORDERS}
+            out["calibrated"] = {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS}
+        else:
+            out["letters"] = {order: judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action,
+                                                seed=seed, template=self.templates[order],
+                                                where=f"{where}{order} order: ")
+                              for order in ORDERS}
+        if self.embedder is not None:
+            first, second = self.embedder.encode([one_line(desc1), one_line(desc2)])
+            out["similarity"] = round(float(np.dot(first, second)), 4)
+        return out
+
+    def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
+        """The evidence and the decision made from it, in one dict (a pair's entry under `verdicts`)."""
+        evidence = self.evidence(desc1, desc2, action=action, seed=seed, where=where)
+        return {**decide(evidence, self.prompt, self.same_state), **{k: v for k, v in evidence.items()
+                                                                     if k != "method"}}
+
+
+def _rounded(probs: dict[str, float]) -> dict[str, float]:
+    return {letter: round(p, 4) for letter, p in probs.items()}
 
 
 # --- the record -------------------------------------------------------------------------------------------
@@ -185,6 +376,42 @@ def caption_list(text: str | None) -> tuple[str, ...]:
     return tuple(name.strip() for name in (text or "").split(",") if name.strip())
 
 
+def debias_templates(prompt: str, debias: str, prompt_file: Path | None, swapped_file: Path | None
+                     ) -> dict[str, ChatPrompt]:
+    """The prompt of each order --debias asks: the paper's (or --prompt-file) and, unless none, its twin."""
+    if debias not in DEBIAS:
+        raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {debias!r}")
+    out = {"paper": load_prompt(PROMPTS[prompt], prompt_file, needs=NEEDS[prompt])}
+    if debias == "none":
+        return out
+    if prompt_file is not None and swapped_file is None:
+        raise ValueError(f"--prompt-file with --debias {debias} also needs --swapped-prompt-file, your prompt "
+                         "with the meanings of A and B swapped (or give --debias none)")
+    out["swapped"] = load_prompt(SWAPPED_PROMPTS[prompt], swapped_file, needs=NEEDS[prompt])
+    return out
+
+
+def check_debias(debias: str, embedder: str, same_state: float, device: str) -> None:
+    """A bad --same-state is exit 2, a missing --embedder exit 5: before any record. Loads nothing."""
+    if not -1.0 <= same_state <= 1.0:
+        raise ValueError(f"--same-state is a cosine similarity, in [-1, 1]; got {same_state}")
+    if debias != "none" and embedder != "none":
+        from vi.core.devices import resolve_placement
+        from vi.core.models.resolve import resolve
+
+        resolve_placement(device, "auto")
+        resolve(embedder, "text-embedding")
+
+
+def load_embedder(ref: str, device: str):
+    if ref == "none":
+        return None
+    from vi.core.devices import resolve_placement
+    from vi.core.models.text_embedding import load_text_embedder
+
+    return load_text_embedder(ref, resolve_placement(device, "auto"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProgressionConfig:
     """The options of `vi judge progression`, checked when built (a bad one: exit 2; a missing model: exit 5).
@@ -204,12 +431,31 @@ class ProgressionConfig:
         (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
         help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
              "named captions or captions_* that holds {items: [{frame, text}]}.")
+    debias: str = option("calibrated", help=(
+        "How a judge's letter is freed of the letter a small model prefers whatever the captions say. "
+        "calibrated: ask in both orders (the paper's prompt, and the same prompt with A and B swapped) and, "
+        "where the backend gives likelihoods (llama.cpp), score the letters and divide by those content-free "
+        "captions ('N/A') get; a backend without likelihoods (openai:, transformers:) gets orders. orders: "
+        "the letters of both orders, asked; they disagree: uncertain (C). none: the paper's prompt asked "
+        "once (the paper's behaviour). Pairs the orders leave uncertain go to --embedder."))
+    embedder: str = option(DEFAULT_TEXT_EMBEDDING, help=(
+        "A sentence embedder (`vi models`: minilm-l6, mpnet-base, or a sentence-transformers folder) that "
+        "decides the pairs the two orders disagree on: captions at least --same-state alike show the same "
+        "state. 'none': such pairs stay uncertain (C)."))
+    same_state: float = option(SAME_STATE, min=-1.0, max=1.0, help=(
+        "Cosine similarity of two captions at and above which --embedder says they show the same state."))
+    swapped_prompt_file: Path | None = option(None, help=(
+        "With --prompt-file and --debias other than none: your prompt with the meanings of A and B swapped "
+        "(see the packaged progression_*_swapped.txt)."))
     n_ctx: int = with_default(LLMConfig, "n_ctx", 2048)
     device: str = "auto"
     seed: int = 0
     threads: int | None = with_default(LLMConfig, "threads", None)
     concurrency: int = with_default(LLMConfig, "concurrency", 1)
     template: ChatPrompt = internal(init=False)
+    templates: dict = internal(init=False)  # order -> prompt, for PairJudge
+    # one PairJudge per judge LLM, kept across records: its content-free letters are scored once per action
+    pair_judges: dict = internal(init=False)
 
     def __post_init__(self) -> None:
         if not self.llms:
@@ -223,6 +469,22 @@ class ProgressionConfig:
             check_llm(self.settings(ref))
         object.__setattr__(self, "template", load_prompt(PROMPTS[self.prompt], self.prompt_file,
                                                          needs=NEEDS[self.prompt]))
+        object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,
+                                                               self.swapped_prompt_file))
+        check_debias(self.debias, self.embedder, self.same_state, self.device)
+        object.__setattr__(self, "pair_judges", {})
+
+    def text_embedder(self):
+        """The --embedder, loaded once per process; None for 'none'."""
+        return load_embedder(self.embedder, self.device)
+
+    def pair_judge(self, llm: ChatBackend) -> PairJudge:
+        """The stage's way of asking `llm` (kept per LLM object: it holds the content-free letters)."""
+        if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
+            self.pair_judges[id(llm)] = PairJudge(
+                llm, prompt=self.prompt, debias=self.debias, templates=self.templates,
+                embedder=self.text_embedder() if self.debias != "none" else None, same_state=self.same_state)
+        return self.pair_judges[id(llm)]
 
     def settings(self, ref: str) -> LLMSettings:
         return LLMSettings(ref, n_ctx=self.n_ctx, device=self.device, seed=self.seed, threads=self.threads,
@@ -232,15 +494,20 @@ class ProgressionConfig:
         return [(ref, load_llm(self.settings(ref))) for ref in self.llms]
 
 
-def vote(answers: dict[str, dict[str, str] | None], prompt: str, first: int) -> dict:
-    """One pair's entry: its answers, consensus, change and per-captioner pass."""
+def vote(answers: dict[str, dict[str, str] | None], prompt: str, first: int,
+         verdicts: dict[str, dict[str, dict] | None] | None = None) -> dict:
+    """One pair's entry: its answers, consensus, change and per-captioner pass (and, when given, each
+    judge's verdict: the letters of each order and how the answer was decided)."""
     every = [letter for judged in answers.values() if judged for letter in judged.values()]
     consensus = majority(every)
     change = letter_to_change(consensus, prompt)
     passed = {name: bool(judged) and change is not None and majority(list(judged.values())) == consensus
               for name, judged in answers.items()}
-    return {"frames": [first, first + 1], "answers": answers, "consensus": consensus, "change": change,
-            "passed": passed}
+    out = {"frames": [first, first + 1], "answers": answers, "consensus": consensus, "change": change,
+           "passed": passed}
+    if verdicts is not None:
+        out["verdicts"] = verdicts
+    return out
 
 
 def distinct_frames(pairs: list[dict]) -> list[int]:
@@ -255,21 +522,24 @@ def judge_record(record: dict, config: ProgressionConfig, judges: list[tuple[str
     action = record_action(record) if config.prompt == "eval" else None
     seed = record_seed(config.seed, record["id"]) % 2**32
     judges = judges if judges is not None else config.judges()
+    asked = [(ref, config.pair_judge(llm)) for ref, llm in judges]
     pairs = []
     for i in range(frame_count(record, texts) - 1):
         answers: dict[str, dict[str, str] | None] = {}
+        verdicts: dict[str, dict[str, dict] | None] = {}
         for name in names:
             pair = pair_texts(record, name, texts[name], i)
             if pair is None:
-                answers[name] = None  # nothing to judge: this captioner fails the pair
+                answers[name] = verdicts[name] = None  # nothing to judge: this captioner fails the pair
                 continue
-            answers[name] = {ref: judge_pair(llm, *pair, prompt=config.prompt,
-                                             action=action, seed=seed, template=config.template,
-                                             where=f"record {record['id']}, {name} frames {i}-{i + 1}, judge {ref}: ")
-                             for ref, llm in judges}
-        pairs.append(vote(answers, config.prompt, i))
-    out = {"prompt": config.prompt, "judges": [ref for ref, _ in judges], "captioners": names, "pairs": pairs,
-           "distinct": distinct_frames(pairs)}
+            verdicts[name] = {ref: judge.verdict(*pair, action=action, seed=seed,
+                                                 where=f"record {record['id']}, {name} frames {i}-{i + 1}, "
+                                                       f"judge {ref}: ")
+                              for ref, judge in asked}
+            answers[name] = {ref: verdict["letter"] for ref, verdict in verdicts[name].items()}
+        pairs.append(vote(answers, config.prompt, i, verdicts))
+    out = {"prompt": config.prompt, "debias": config.debias, "judges": [ref for ref, _ in judges],
+           "captioners": names, "pairs": pairs, "distinct": distinct_frames(pairs)}
     if config.prompt == "eval":
         out["action"] = action
     return {"progression": out}
@@ -281,8 +551,11 @@ JUDGE_PROGRESSION = RecordStage(
             "change (ProgressCaptioner).",
     reads="[cyan]captions[/cyan] (and any [cyan]captions_*[/cyan]) = {items: [{frame, text}]} from vi "
           "caption-frames, [cyan]frames[/cyan]; with --prompt eval, [cyan]action[/cyan] (or action_label).",
-    writes="[cyan]progression[/cyan] = {prompt, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "
-           "{captioner: {judge: A|B|C}}, consensus, change, passed: {captioner: bool}}], distinct: \\[frame indices]}. "
+    writes="[cyan]progression[/cyan] = {prompt, debias, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "
+           "{captioner: {judge: A|B|C}}, verdicts: {captioner: {judge: {change, letter, method, decision, letters: "
+           "{paper, swapped}, probs, content_free, calibrated, similarity}}}, consensus, change, passed: "
+           "{captioner: bool}}], distinct: \\[frame indices]}. answers: each judge's letter of the paper's prompt "
+           "for its decision (--debias: verdicts say how it was made). "
            "consensus: the majority letter over every judge and captioner (a tie: null); change: pseudo B / "
            "eval A true, pseudo A / eval B false, C or null null; passed: the captioner's own majority is the "
            "consensus and the consensus is not C/null; distinct: frame 0 and every frame whose pair with the "

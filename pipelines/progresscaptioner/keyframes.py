@@ -32,14 +32,17 @@ from pathlib import Path
 import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
+from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.seeding import record_rng, record_seed
-from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.progresscaptioner.judge_progression import (
-    NEEDS,
     PROMPTS,
-    judge_pair,
-    letter_to_change,
+    SAME_STATE,
+    PairJudge,
+    ProgressionConfig,
+    check_debias,
+    debias_templates,
+    load_embedder,
     record_action,
 )
 
@@ -78,10 +81,15 @@ class KeyframesConfig(LLMConfig):
         "captioner (--window 2 --keep-both): a transformers VLM folder or hub id, openai:MODEL@URL, "
         "offline (the embedded-model captioner) or auto. Used for records whose caption field has no "
         "per-window captions; without it those records' captions are compared as they are."))
+    debias: str = with_default(ProgressionConfig, "debias", "calibrated")
+    embedder: str = with_default(ProgressionConfig, "embedder", DEFAULT_TEXT_EMBEDDING)
+    same_state: float = with_default(ProgressionConfig, "same_state", SAME_STATE)
+    swapped_prompt_file: Path | None = with_default(ProgressionConfig, "swapped_prompt_file", None)
     n_ctx: int = with_default(LLMConfig, "n_ctx", 2048)
     # vi caption-frames' config for --captioner, with --method progress: pairwise captions made here
     pair_captioning: object | None = internal(init=False, default=None)
-    template: ChatPrompt | None = internal(init=False, default=None)
+    templates: dict | None = internal(init=False, default=None)  # order -> prompt (judge_progression.PairJudge)
+    pair_judges: dict | None = internal(init=False, default=None)  # one PairJudge per LLM, kept across records
 
     def __post_init__(self) -> None:
         if self.captioner and self.method == "progress":  # a missing captioner: before any record
@@ -97,12 +105,24 @@ class KeyframesConfig(LLMConfig):
             if self.prompt not in PROMPTS:
                 raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {self.prompt!r}")
             check_llm(self.llm_settings)  # a bad --llm or a missing model: before any record
-            object.__setattr__(self, "template", load_prompt(PROMPTS[self.prompt], self.prompt_file,
-                                                             needs=NEEDS[self.prompt]))
+            object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,
+                                                                   self.swapped_prompt_file))
+            check_debias(self.debias, self.embedder, self.same_state, self.device)
+            object.__setattr__(self, "pair_judges", {})
         elif self.method == "kmeans":
             from vi.pipelines.progresscaptioner.frame_selection import resolve_embedder
 
             resolve_embedder(self.image_model)  # a missing model: before any record
+
+
+    def pair_judge(self, llm: ChatBackend) -> PairJudge:
+        """vi judge progression's way of asking `llm` (--debias), kept per LLM object."""
+        if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
+            embedder = load_embedder(self.embedder, self.device) if self.debias != "none" else None
+            self.pair_judges[id(llm)] = PairJudge(llm, prompt=self.prompt, debias=self.debias,
+                                                  templates=self.templates, embedder=embedder,
+                                                  same_state=self.same_state)
+        return self.pair_judges[id(llm)]
 
 
 # --- the sequence --------------------------------------------------------------------------------
@@ -184,7 +204,8 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
                     llm: ChatBackend) -> tuple[list[int], dict[int, str | None], dict]:
     action = record_action(record) if config.prompt == "eval" else None
     seed = record_seed(config.seed, record["id"]) % 2**32
-    kept, texts, letters, how = [0], {}, [], set()
+    judge = config.pair_judge(llm)
+    kept, texts, letters, verdicts, how = [0], {}, [], [], set()
     for t in range(1, length):
         before, after, source = pair_captions(captions, t)
         if before is None or after is None:
@@ -194,16 +215,18 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
         how.add(source)
         if t == 1:
             texts[0] = before
-        letter = judge_pair(llm, before, after, prompt=config.prompt, action=action, seed=seed,
-                            template=config.template, where=f"record {record['id']}, frames {t - 1}-{t}: ")
-        letters.append(letter)
-        if letter_to_change(letter, config.prompt) is True:
+        verdict = judge.verdict(before, after, action=action, seed=seed,
+                                where=f"record {record['id']}, frames {t - 1}-{t}: ")
+        letters.append(verdict["letter"])
+        verdicts.append(verdict)
+        if verdict["change"] is True:
             kept.append(t)
             texts[t] = after
     if length == 1:
         texts[0] = first_captions(captions).get(0)
-    info = {"llm": config.llm, "prompt": config.prompt, "action": action,
-            "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters}
+    info = {"llm": config.llm, "prompt": config.prompt, "debias": config.debias, "action": action,
+            "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters,
+            "verdicts": verdicts}
     return kept, texts, info
 
 

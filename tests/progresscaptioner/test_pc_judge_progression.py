@@ -44,7 +44,9 @@ def record(n: int = 3, fields=("captions", "captions_b"), **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def config() -> jp.ProgressionConfig:
-    return jp.ProgressionConfig(llms=(SMOL,), device="cpu")  # checks the model file only; nothing loads
+    # checks the model file only; nothing loads. --debias none: the paper's one ask per pair, so the scripted
+    # replies are the votes (the debiased asks are tests/progresscaptioner/test_pc_judge_debias.py's)
+    return jp.ProgressionConfig(llms=(SMOL,), device="cpu", debias="none")
 
 
 def test_consensus_ties_passed_and_distinct(config):
@@ -74,7 +76,7 @@ def test_letters_as_change_and_c_consensus(config):
 
 
 def test_eval_prompt_uses_the_action_or_says_so():
-    config = jp.ProgressionConfig(llms=(SMOL,), prompt="eval", device="cpu")
+    config = jp.ProgressionConfig(llms=(SMOL,), prompt="eval", device="cpu", debias="none")
     judge = ScriptedLLM("A", "B")
     out = jp.judge_record(record(2, fields=("captions",), action_label="slicing butter"), config, [("j", judge)])
     assert "Action: slicing butter" in judge.asked[0][-1]["content"]
@@ -120,7 +122,7 @@ def test_window_pairs_are_preferred():
 
 
 def test_stage_turns_bad_records_into_errors(tmp_path, monkeypatch):
-    config = jp.ProgressionConfig(llms=(SMOL,), captions=("captions_b",), device="cpu")
+    config = jp.ProgressionConfig(llms=(SMOL,), captions=("captions_b",), device="cpu", debias="none")
     monkeypatch.setattr(jp.ProgressionConfig, "judges", lambda self: [(SMOL, ScriptedLLM("B", "A"))])
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps(record(3)) + "\n" + json.dumps({**record(3, fields=("captions",)), "id": "x"}) + "\n")

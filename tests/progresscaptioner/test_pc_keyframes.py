@@ -19,7 +19,9 @@ STAGE_TEXT = ["The bowl is empty on the table.", "Flour has been poured into the
 
 
 class StageJudge:
-    """A stand-in judge LLM: eval A (progression) when the two captions differ, B when they are the same."""
+    """A stand-in judge LLM: progression when the two captions differ, none when they are the same, in the
+    letters of the order it is asked (eval A / B; the swapped prompt, which --debias also asks: B / A).
+    `pairs` holds the captions of each pair once (the paper's order)."""
 
     n_ctx = 2048
 
@@ -31,8 +33,11 @@ class StageJudge:
 
     def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
         found = re.search(r"Image 1: (.*) Image 2: (.*) Choose one", messages[-1]["content"])
-        self.pairs.append(found.groups())
-        return ChatReply(json.dumps({"answer": "B" if found.group(1) == found.group(2) else "A"}), 0, 0, "stop")
+        swapped = "A. No Action Progression" in messages[-1]["content"]
+        if not swapped:
+            self.pairs.append(found.groups())
+        progressed = found.group(1) != found.group(2)
+        return ChatReply(json.dumps({"answer": "A" if progressed != swapped else "B"}), 0, 0, "stop")
 
 
 def sequence(pairwise: bool = False, frames: list[dict] | None = None) -> dict:
@@ -56,6 +61,7 @@ def judge(monkeypatch) -> StageJudge:
     llm = StageJudge()
     monkeypatch.setattr(kf.KeyframesConfig, "load_llm", lambda self: llm)
     monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: None)  # this judge's two orders agree
     return llm
 
 

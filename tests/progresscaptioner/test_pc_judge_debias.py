@@ -1,0 +1,212 @@
+"""vi judge progression --debias: a judge that prefers one letter whatever the captions is not believed.
+
+Both orders (the paper's prompt and its twin with A and B swapped) cancel a preferred letter; contextual
+calibration divides the scored letters by those content-free captions get; the sentence embedder decides
+what the orders leave undecided. Fakes: a chat judge that always says one letter, a likelihood judge with
+scripted letter probabilities, an embedder with scripted similarities; and the real minilm-l6."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from vi.core.models.llm import ChatReply
+from vi.pipelines.progresscaptioner import judge_progression as jp
+from vi.pipelines.progresscaptioner import keyframes as kf
+
+SMOL = "smollm2-135m"
+SWAPPED_MARK = "A. No Action Progression"  # only the swapped eval prompt says this
+SWAPPED_PSEUDO_MARK = "A. There are noticeable changes"
+
+
+def is_swapped(messages) -> bool:
+    text = messages[-1]["content"]
+    return SWAPPED_MARK in text or SWAPPED_PSEUDO_MARK in text
+
+
+class AlwaysSays:
+    """A chat judge (no likelihoods, like an openai: server) that answers one letter whatever it is asked."""
+
+    n_ctx = 2048
+
+    def __init__(self, letter: str):
+        self.letter, self.asked = letter, []
+
+    def count_message_tokens(self, messages) -> int:
+        return sum(len(m["content"]) // 4 + 8 for m in messages)
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        self.asked.append(messages)
+        return ChatReply(json.dumps({"answer": self.letter}), 0, 0, "stop")
+
+
+class ScoredJudge(AlwaysSays):
+    """A likelihood judge: letter probabilities scripted per order, for content-free captions and others."""
+
+    def __init__(self, paper, swapped, free_paper, free_swapped):
+        super().__init__("A")
+        self.table = {(False, False): paper, (True, False): swapped, (False, True): free_paper,
+                      (True, True): free_swapped}
+        self.scored = []
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        text = messages[-1]["content"]
+        free = f"Image 1: {jp.CONTENT_FREE} Image 2: {jp.CONTENT_FREE}" in text
+        self.scored.append((is_swapped(messages), free, reply_prefix))
+        probs = self.table[is_swapped(messages), free]
+        return [math.log(probs[o]) for o in options]
+
+
+class FakeEmbedder:
+    """encode() gives two unit vectors whose dot product is the similarity scripted for the first text."""
+
+    def __init__(self, similarity: dict[str, float]):
+        self.similarity = similarity
+
+    def encode(self, texts):
+        s = self.similarity[texts[0]]
+        return np.array([[1.0, 0.0], [s, math.sqrt(1 - s * s)]], np.float32)
+
+
+def record(texts: list[str], **extra) -> dict:
+    return {"id": "seq", "frames": [{"time": float(i)} for i in range(len(texts))], "action": "cut a lemon",
+            "captions": {"model": "m", "items": [{"frame": i, "text": t} for i, t in enumerate(texts)]}, **extra}
+
+
+def config(**options) -> jp.ProgressionConfig:
+    return jp.ProgressionConfig(llms=(SMOL,), prompt="eval", device="cpu", **options)
+
+
+def test_always_a_is_uncertain_not_progressed_under_both_orders():
+    texts = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
+    judge = AlwaysSays("A")
+    out = jp.judge_record(record(texts), config(debias="orders", embedder="none"), [("j", judge)])["progression"]
+    assert [p["change"] for p in out["pairs"]] == [None, None]  # A in the paper's order, A in the swapped one
+    assert [p["consensus"] for p in out["pairs"]] == ["C", "C"] and out["distinct"] == [0]
+    assert len(judge.asked) == 4 and [is_swapped(m) for m in judge.asked] == [False, True, False, True]
+    verdict = out["pairs"][0]["verdicts"]["captions"]["j"]
+    assert verdict["letters"] == {"paper": "A", "swapped": "A"} and verdict["method"] == "orders"
+    assert "disagree" in verdict["decision"]
+    # the old single ask believes it: every pair progressed
+    old = jp.judge_record(record(texts), config(debias="none"), [("j", AlwaysSays("A"))])["progression"]
+    assert [p["change"] for p in old["pairs"]] == [True, True] and old["distinct"] == [0, 1, 2]
+
+
+def test_always_a_is_corrected_by_the_embedder(monkeypatch):
+    texts = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
+    fake = FakeEmbedder({texts[0]: 0.55, texts[1]: 0.93})
+    monkeypatch.setattr(jp.ProgressionConfig, "text_embedder", lambda self: fake)
+    out = jp.judge_record(record(texts), config(same_state=0.8), [("j", AlwaysSays("A"))])["progression"]
+    assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
+    first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
+    assert (first["method"], first["similarity"]) == ("orders+embedder", pytest.approx(0.55, abs=1e-4))
+    assert second["letter"] == "B" and "0.930 >= 0.8" in second["decision"]
+    assert out["pairs"][1]["answers"] == {"captions": {"j": "B"}}  # answers hold the paper's letter decided
+
+
+@pytest.mark.parametrize("paper, swapped, similarity, change, method", [
+    ("A", "B", None, True, "orders"),  # eval: A progressed, swapped B progressed: agree
+    ("B", "A", None, False, "orders"),  # both say no progression
+    ("A", "A", None, None, "orders"),  # a preferred letter: disagree, no embedder -> uncertain
+    ("B", "B", 0.9, False, "orders+embedder"),  # disagree, similar captions -> same state
+    ("B", "B", 0.5, True, "orders+embedder"),  # disagree, different captions -> change
+    ("C", "B", 0.5, True, "orders+embedder"),  # one order uncertain: undecided, the embedder decides
+    ("C", "C", None, None, "orders"),
+])
+def test_combination_of_the_orders(paper, swapped, similarity, change, method):
+    evidence = {"method": "orders", "letters": {"paper": paper, "swapped": swapped}}
+    if similarity is not None:
+        evidence["similarity"] = similarity
+    decided = jp.decide(evidence, "eval", 0.8)
+    assert (decided["change"], decided["method"]) == (change, method)
+    assert decided["letter"] == {True: "A", False: "B", None: "C"}[change]
+
+
+def test_none_keeps_the_paper_letter_and_pseudo_meanings():
+    assert jp.decide({"method": "none", "letters": {"paper": "A"}}, "eval", 0.8)["change"] is True
+    assert jp.decide({"method": "none", "letters": {"paper": "A"}}, "pseudo", 0.8)["change"] is False
+    # pseudo: paper B = changed, swapped A = changed
+    decided = jp.decide({"method": "orders", "letters": {"paper": "B", "swapped": "A"}}, "pseudo", None)
+    assert (decided["change"], decided["letter"]) == (True, "B")
+    assert [jp.order_change(x, "pseudo", "swapped") for x in "ABC"] == [True, False, None]
+
+
+def test_calibration_divides_by_the_content_free_letters():
+    probs, free = {"A": 0.7, "B": 0.2, "C": 0.1}, {"A": 0.8, "B": 0.1, "C": 0.1}
+    out = jp.calibrated(probs, free)  # ratios .875, 2, 1 over 3.875
+    assert out == pytest.approx({"A": 0.875 / 3.875, "B": 2 / 3.875, "C": 1 / 3.875})
+    assert jp.normalised([math.log(2), math.log(1), math.log(1)]) == pytest.approx({"A": .5, "B": .25, "C": .25})
+
+
+def test_scored_judge_calibrated_in_both_orders():
+    # The judge prefers A in either order (0.7 raw); content-free captions get A 0.8 in either order:
+    # calibrated, the paper's order says B (no progression), the swapped order... A (no progression): agree.
+    judge = ScoredJudge(paper={"A": .7, "B": .2, "C": .1}, swapped={"A": .9, "B": .05, "C": .05},
+                        free_paper={"A": .8, "B": .1, "C": .1}, free_swapped={"A": .8, "B": .1, "C": .1})
+    texts = ["A whole lemon on a board.", "A whole lemon lies on the board.", "Another view of the lemon."]
+    out = jp.judge_record(record(texts), config(embedder="none"), [("j", judge)])["progression"]
+    verdict = out["pairs"][0]["verdicts"]["captions"]["j"]
+    assert verdict["method"] == "calibrated" and verdict["change"] is False and verdict["letter"] == "B"
+    assert verdict["letters"] == {"paper": "A", "swapped": "A"}  # what the model preferred, raw, kept
+    assert verdict["probs"]["paper"] == pytest.approx({"A": .7, "B": .2, "C": .1}, abs=1e-4)
+    assert verdict["calibrated"]["paper"]["B"] == pytest.approx(2 / 3.875, abs=1e-4)
+    assert out["debias"] == "calibrated" and out["distinct"] == [0]
+    # the letters are scored after the constrained reply's opening, and content-free letters once per
+    # (order, action): 2 pairs x 2 orders + 2 content-free
+    assert {prefix for _, _, prefix in judge.scored} == {jp.REPLY_PREFIX}
+    assert len(judge.scored) == 6 and sum(free for _, free, _ in judge.scored) == 2
+    assert judge.asked == []  # nothing sampled
+
+
+def test_backend_without_likelihoods_falls_back_to_orders():
+    judge = AlwaysSays("B")
+    pj = jp.PairJudge(judge, prompt="eval", debias="calibrated")
+    assert not pj.scores_letters
+    verdict = pj.verdict("a", "b", action="x")
+    assert verdict["method"] == "orders" and verdict["change"] is None and len(judge.asked) == 2
+
+
+def test_own_prompt_needs_its_swapped_twin(tmp_path):
+    own = tmp_path / "own.txt"
+    own.write_text("### user\nAction ${action}. 1: ${desc1} 2: ${desc2}. A progressed, B not, C unsure.\n")
+    with pytest.raises(ValueError, match="--swapped-prompt-file"):
+        config(prompt_file=own)
+    assert set(config(prompt_file=own, debias="none").templates) == {"paper"}
+    assert set(config(prompt_file=own, swapped_prompt_file=own).templates) == {"paper", "swapped"}
+    with pytest.raises(ValueError, match="--debias must be one of"):
+        config(debias="sometimes")
+
+
+def test_keyframes_follow_the_debiased_decision(monkeypatch):
+    monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    texts = ["The bowl is empty.", "Flour is in the bowl.", "Flour is in the bowl, seen from above."]
+    fake = FakeEmbedder({texts[0]: 0.4, texts[1]: 0.9})
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: fake)
+    rec = record(texts)
+    out = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), AlwaysSays("A"))
+    assert [k["index"] for k in out["keyframes"]] == [0, 1]  # the always-A judge alone would keep all three
+    method = out["keyframes_method"]
+    assert method["debias"] == "calibrated" and method["answers"] == ["A", "B"]
+    assert [v["letters"]["paper"] for v in method["verdicts"]] == ["A", "A"]
+    old = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL, debias="none"), AlwaysSays("A"))
+    assert [k["index"] for k in old["keyframes"]] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_real_minilm_tells_a_rewording_from_a_change():
+    """With the real embedder, a judge that always says A keeps the frames of a change and drops the
+    rewordings; without the embedder (or without both orders) it cannot."""
+    pairs = [("A whole lemon lies on the cutting board.", "The lemon has been sliced into thin wheels.", True),
+             ("A hand holds a knife next to a whole lemon.", "A whole lemon sits beside a knife held in a hand.", False),
+             ("The shoe's laces are untied and loose.", "The shoe's laces are tied in a neat bow.", True),
+             ("A closed jar of jam stands on the table.", "On the table stands a closed jar of jam, seen from the left.",
+              False)]
+    embedder = jp.load_embedder("minilm-l6", "cpu")
+    judged = [jp.PairJudge(AlwaysSays("A"), prompt="eval", embedder=embedder, same_state=jp.SAME_STATE)
+              .verdict(a, b, action="make a snack") for a, b, _ in pairs]
+    assert [v["change"] for v in judged] == [truth for _, _, truth in pairs]
+    assert all(v["method"] == "orders+embedder" for v in judged)
+    alone = [jp.PairJudge(AlwaysSays("A"), prompt="eval", debias="none").verdict(a, b) for a, b, _ in pairs]
+    assert [v["change"] for v in alone] == [True] * 4  # the preferred letter, believed
