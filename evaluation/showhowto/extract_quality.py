@@ -36,6 +36,8 @@ PRESSURE_COOKER = Path(__file__).resolve().parents[3] / "shared" / "data" / "sho
 # The pressure cooker's lines (0-based segment indices) that state an action: foil rings,
 # potatoes on them, the water, 15 minutes, pop them out, pull it out, cut it open.
 PRESSURE_COOKER_ACTIONS = [(4, 7), (8, 8), (11, 12), (16, 19), (26, 26), (31, 32), (35, 35)]
+PRESSURE_COOKER_TALK = {"intro": [0, 1, 2, 3], "outro": [27, 28, 29, 30, 41, 42, 43, 44, 45, 46]}
+HELDOUT = Path(__file__).resolve().parent / "heldout" / "extract_transcripts.jsonl"
 NOT_STEPS = ("intro", "outro", "aside")
 START_SLACK = 0.05  # seconds: a start on the boundary of a true step is inside it
 
@@ -95,6 +97,38 @@ def score(record: dict, items: list[dict]) -> dict:
     return row
 
 
+def by_line(record: dict, items: list[dict]) -> dict:
+    """The issue's measures by line (`lines`: 0-based indices into transcript.segments, as the
+    records and the truth both count): a true step is found when an extracted step starts on
+    one of its lines (one to one, in time order); an extracted step is on a step when it starts
+    on a true step's line; intro/outro: extracted steps starting on such a line."""
+    truth = [tuple(s["lines"]) for s in record["truth"]["steps"]]
+    starts = [int(s["lines"][0]) for s in items]
+    used: set[int] = set()
+    for a, b in truth:
+        hit = next((k for k, line in enumerate(starts) if a <= line <= b and k not in used), None)
+        if hit is not None:
+            used.add(hit)
+    on_step = sum(any(a <= line <= b for a, b in truth) for line in starts)
+    talk = {role: sum(line in record["truth"].get(role, []) for line in starts) for role in ("intro", "outro")}
+    return {"line_found": len(used), "line_true": len(truth), "line_on_step": on_step, "line_steps": len(starts),
+            "line_recall": len(used) / len(truth) if truth else None,
+            "line_precision": on_step / len(starts) if starts else None,
+            "line_intro": talk["intro"], "line_outro": talk["outro"]}
+
+
+def pressure_cooker_record() -> dict | None:
+    """The real transcript with its truth by line (PRESSURE_COOKER_ACTIONS), scored as the others."""
+    if not PRESSURE_COOKER.exists():
+        return None
+    record = json.loads(PRESSURE_COOKER.read_text())
+    segments = record["transcript"]["segments"]
+    steps = [{"lines": [a, b], "start": segments[a]["start"], "end": segments[b]["end"], "text": ""}
+             for a, b in PRESSURE_COOKER_ACTIONS]
+    return record | {"truth": {"instructional": True, "use": "real", "steps": steps, "aside": [],
+                               "other": [], **PRESSURE_COOKER_TALK}}
+
+
 def meets_bar(row: dict) -> bool:
     """The issue's bar: step count within 2 of the truth, no intro/outro/aside step, and
     recall at IoU 0.3 of at least 4/6 on how-to narration."""
@@ -123,6 +157,7 @@ def pressure_cooker(config) -> dict | None:
     actions = [(segments[a]["start"], segments[b]["end"]) for a, b in PRESSURE_COOKER_ACTIONS]
     on_action = sum(any(a - START_SLACK <= s["start"] <= b for a, b in actions) for s in items)
     return {"steps": len(items), "error": error, "on_action_lines": on_action,
+            **by_line(pressure_cooker_record(), items),
             "ordered": [s["start"] for s in items] == sorted(s["start"] for s in items),
             "in_range": all(0 <= s["start"] <= s["end"] <= 135.1 for s in items),
             "seconds": round(seconds, 1), "items": items}
@@ -157,6 +192,41 @@ def report(llm: str, rows: list[dict], cooker: dict | None) -> str:
     return "\n".join(lines)
 
 
+def line_table(rows: list[dict], cooker: dict | None, before: dict | None = None) -> str:
+    """The issue's measures by line (by_line), per transcript, with those of an earlier run
+    (`before`: what --save wrote) beside them where it has the same transcript."""
+    earlier = {r["id"]: r for r in (before or {}).get("rows", [])}
+    if before and before.get("pressure_cooker"):
+        earlier["pressure_cooker"] = before["pressure_cooker"]
+    both = [*rows, *([cooker | {"id": "pressure_cooker", "use": "real", "true": len(PRESSURE_COOKER_ACTIONS)}]
+                     if cooker else [])]
+
+    def cells(r: dict | None) -> str:
+        if r is None or "line_found" not in r:
+            return f"{'':>7} {'':>7} {'':>5}"
+        found = f"{r['line_found']}/{r['line_true']}" if r["line_true"] else "-"
+        on = f"{r['line_on_step']}/{r['line_steps']}" + (f" ({r['error']})" if r.get("error") else "")
+        return f"{found:>7} {on:>7} {r['line_intro'] + r['line_outro']:>5}"
+
+    head = f"{'transcript':22} {'use':7} {'found':>7} {'on step':>7} {'talk':>5}"
+    lines = ["by line (0-based segment indices): found = true steps an extracted step starts on (one to one); "
+             "on step = extracted steps starting on a true step's line; talk = starting on an intro/outro line",
+             head + ("   | before: " + f"{'found':>7} {'on step':>7} {'talk':>5}" if before else "")]
+    for r in both:
+        lines.append(f"{r['id']:22} {r['use']:7} {cells(r)}" + (f"   |         {cells(earlier.get(r['id']))}"
+                                                             if before else ""))
+    sets = sorted({(r.get("source") or "", r["use"]) for r in rows})
+    for (source, use), group in ((key, [r for r in rows if (r.get("source") or "", r["use"]) == key and r["line_true"]])
+                                 for key in sets):
+        name = f"{source} ({use})"
+        if group:
+            found, true = sum(r["line_found"] for r in group), sum(r["line_true"] for r in group)
+            on, steps = sum(r["line_on_step"] for r in group), sum(r["line_steps"] for r in group)
+            lines.append(f"{name}: recall by line {found}/{true} = {found / true:.2f}, "
+                         f"steps on a true step's line {on}/{steps} = {on / max(1, steps):.2f}")
+    return "\n".join(lines)
+
+
 def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filter: bool = False,
              **config_args) -> tuple[list[dict], dict | None]:
     """Rows of `score` per record; with `after_filter`, each record goes through
@@ -172,7 +242,8 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
         if screen is not None:
             record = record | classify(record, screen)
         items, error, seconds = run_one(record, config)
-        rows.append(score(record, items) | {"error": error, "seconds": seconds, "items": items})
+        rows.append(score(record, items) | by_line(record, items) | {"error": error, "seconds": seconds, "items": items,
+                                                                    "source": record.get("source")})
         row = rows[-1]
         print(f"  {llm} {record['id']}: {row['steps']}/{row['true']} steps, R@.3 {fmt(row['recall@0.3'])}, "
               f"{seconds:.0f} s", file=sys.stderr, flush=True)  # progress: a run takes minutes
@@ -184,19 +255,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", action="append", help="an embedded LLM alias or .gguf (repeatable); "
                         "default: qwen2.5-coder-1.5b and smollm2-135m")
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, action="append", help=(
+        f"a transcripts file (repeatable); default: {DATA.name} (tests/showhowto/data/); "
+        f"--data {HELDOUT.relative_to(HELDOUT.parents[3])} holds the held-out narrations"))
     parser.add_argument("--only", choices=("tune", "measure"), help="only the transcripts of this use")
     parser.add_argument("--id", action="append", help="only this transcript (repeatable)")
     parser.add_argument("--no-cooker", action="store_true", help="skip the pressure-cooker transcript")
     parser.add_argument("--verbose", action="store_true", help="print each extracted step")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
+    parser.add_argument("--save", type=Path, help="write the rows (and the pressure cooker's) to this JSON file")
+    parser.add_argument("--before", type=Path, help="a file --save wrote from an earlier run: its measures "
+                        "by line are printed beside this run's")
     parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
     args = parser.parse_args(argv)
-    records = [r for r in load_transcripts(args.data) if args.only in (None, r["truth"]["use"])
+    records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path) if args.only in (None, r["truth"]["use"])
                and (not args.id or r["id"] in args.id)]
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
@@ -208,8 +284,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"  {r['id']}:")
                 for s in r["items"]:
                     print(f"    {s['start']:7.2f} {s['end']:7.2f}  {s['text']}")
+        print(line_table(rows, cooker, json.loads(args.before.read_text()) if args.before else None), flush=True)
         if args.json:
             print(json.dumps({"llm": llm, "rows": rows, "pressure_cooker": cooker}))
+        if args.save:
+            args.save.write_text(json.dumps({"llm": llm, "rows": rows, "pressure_cooker": cooker}) + "\n")
         print()
 
 

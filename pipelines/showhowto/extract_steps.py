@@ -8,26 +8,28 @@ start of its first line and the end of its last. (A small model asked to type ti
 the time of a neighbouring line.)
 
 Which lines make a step (`segmentation`):
-- "filtered" (the default): the model picks each step's lines itself, from an enum of the lines
-  shown, at most MAX_STEPS per chunk; a first pass labels each line STEP, MORE or TALK
-  (narration_labels.py), and a step whose every cited line is TALK (a greeting, an aside, the
-  outro) is dropped, listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
-  When most of the model's steps on non-talk lines are narration lines copied word for word
-  (copied_steps: the 1.5B model sometimes lists the lines instead of writing steps, and then its
-  citations are one step per line), the chunk's steps are the labelled runs instead, written as
-  in "labels" (one more request). A model that only copies may also be right that there is no
-  task (a vlog's lines about the day read as steps to the labels): a record vi
-  filter-instructional has not labelled is then asked its question once (screen_record), and a No
-  is a not_instructional error record. A record it labelled false costs no request at all.
+- "filtered" (the default): the model writes the steps, at most MAX_STEPS per chunk, and a first
+  pass labels each line STEP, MORE or TALK (narration_labels.py). Each step is then placed on the
+  lines its words are said on (`grounding` "said", step_grounding.py: the steps' texts aligned in
+  the model's order to the lines by a sentence embedder, the citation and the labels as priors),
+  not on the lines it cites: the 1.5B model cites the line before or after, sometimes several
+  lines off. A step whose every line is TALK (a greeting, an aside, the outro) is dropped; a
+  labelled run (a STEP line and the MORE lines after it) that no step of the model's is on is
+  written as a step too, from what was said there (one more request, only where there is one);
+  each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
+  A step that copies its one line is a fine step (a clean narration says one step per sentence).
+  Only where the model listed the narration, talk and all (most of its steps copies, one of
+  them a line labelled TALK), its citations say nothing about where a step ends: then a copied
+  line labelled MORE is folded into the step before it, and a record vi filter-instructional
+  has not labelled is asked its question once (screen_record): the vlog's lines about the day
+  read as steps to the labels, and a No is a not_instructional error record.
 - "model": the model's citations as they are, with no label pass.
 - "labels": the labels make the steps (a STEP line and the MORE lines after it) and the model only
   writes one instruction per step, the reply's schema fixing each step's lines.
-On the hand-written narrations (evaluation/showhowto/RESULTS.md) the labels alone drop the talk the 1.5B
-model copies as steps but merge some steps, and the model alone keeps the steps apart but copies
-talk; filtered keeps the model's steps and the labels' verdict on talk, and the labels' runs where
-the model only copied lines. The citations are checked either way (step_citations.py: order,
-overlap, repeats, a citation one line off); what is repaired is listed in `steps.repairs`, and a
-reply with no usable step is an error record.
+The measures are in evaluation/showhowto/RESULTS.md. The citations are checked either way
+(step_citations.py: order, overlap, repeats; with `grounding` "cited", a citation one line off
+moved towards its words); what is repaired is listed in `steps.repairs`, and a reply with no
+usable step is an error record.
 
 A transcript longer than the model's context is cut into chunks of whole lines. Each chunk
 owns a stretch of time (its "core") and is shown with `overlap_s` seconds of neighbouring
@@ -48,6 +50,8 @@ from typing import Any
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
 from vi.core.config import internal, option
+from vi.core.devices import resolve_placement
+from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import LLMConfig, LLMSettings, check_llm
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
@@ -55,13 +59,20 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
-from vi.pipelines.showhowto.step_citations import COPY_SHARE, cited_steps, copied_steps, drop_talk, line_number
+from vi.pipelines.showhowto.step_citations import (COPY_SHARE, cited_steps, copied_steps, copies_talk, drop_talk,
+                                                   fold_copies, line_number)
+from vi.pipelines.showhowto.step_grounding import ground_steps
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"
 MAX_STEPS = 15  # per chunk; ShowHowTo's videos have 7.7 +- 2.8 steps
 SAFETY_TOKENS = 64  # the token count of a rendered chat is estimated, not exact
 SEGMENTATIONS = ("filtered", "labels", "model")
+GROUNDINGS = ("said", "cited")
+# A labelled run no step of the model's is on is written as a step only where the label pass gives
+# its first line P(STEP) of at least this: more likely a new step than not. The 1.5B model's labels
+# call many descriptive lines STEP by a small margin; the model's own steps are the main source.
+STEP_SURE = 0.5
 
 
 def steps_schema(line_numbers: list[int]) -> dict:
@@ -119,12 +130,21 @@ class ExtractConfig(LLMConfig):
     """The options of `vi extract-steps` (the LLM's in LLMConfig), checked when built."""
 
     segmentation: str = option("filtered", help=(  # which lines make a step: see the module's docstring
-        "Which lines make a step. filtered (default): the model cites each step's lines "
-        "itself, and a first pass that labels each line STEP, MORE or TALK (greeting, aside, "
-        "opinion, outro) drops the steps whose lines are all talk; where the model only copied "
-        "the narration lines as steps, the labelled runs make the steps. model: the citations alone. "
+        "Which lines make a step. filtered (default): the model writes the steps, each is placed "
+        "on the lines it is said on (--grounding), and a first pass that labels each line STEP, "
+        "MORE or TALK (greeting, aside, opinion, outro) drops the steps whose lines are all talk "
+        "and adds the labelled steps the model missed. model: the citations alone. "
         "labels: the labels make the steps and the model writes one instruction per step: no "
         "talk becomes a step, but some steps merge (evaluation/showhowto/RESULTS.md)."))
+    grounding: str = option("said", help=(  # where a step's lines come from, with --segmentation filtered
+        "Where each step's lines (and so its times) come from, with --segmentation filtered. said "
+        "(default): the lines its words are said on, the steps' texts aligned in order to the "
+        "transcript lines by --text-model, the model's citation and the labels as priors. cited: "
+        "the lines the model cited, moved at most two lines towards its words (the 1.5B model "
+        "cites the line before or after, sometimes further)."))
+    text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
+        "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
+        "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
     prompt: Path | None = option(None, help=(
         "Your own prompt file (see the packaged prompt_templates/ for the format): with "
         "--segmentation labels it replaces extract_steps_write.txt and must use ${title} "
@@ -147,6 +167,12 @@ class ExtractConfig(LLMConfig):
             raise ValueError(f"--segmentation must be one of {', '.join(SEGMENTATIONS)}, got {self.segmentation!r}")
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
+        if self.grounding not in GROUNDINGS:
+            raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
+        if self.grounds_by_text:  # a missing embedder is exit 5 before any record
+            from vi.core.models.resolve import resolve
+
+            resolve(self.text_model, "text-embedding")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "extract_steps", self.prompt if self.segmentation != "labels" else None,
@@ -154,6 +180,16 @@ class ExtractConfig(LLMConfig):
         object.__setattr__(self, "write_template", load_prompt(
             "extract_steps_write", self.prompt if self.segmentation == "labels" else None,
             needs=("title", "steps")))
+
+    @property
+    def grounds_by_text(self) -> bool:
+        return self.segmentation == "filtered" and self.grounding == "said"
+
+    def embed(self, texts: list[str]):
+        """Unit-length sentence embeddings of `texts` (--text-model), loaded once per process."""
+        from vi.core.models.text_embedding import load_text_embedder
+
+        return load_text_embedder(self.text_model, resolve_placement(self.device)).encode(texts)
 
 
 @dataclass(frozen=True)
@@ -307,15 +343,63 @@ def plan_record(record: dict, config: ExtractConfig) -> RecordPlan:
                       [number[id(chunk.segments[0])] for chunk in chunks])
 
 
-def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, seed: int
-                  ) -> tuple[str, list[Any]]:
-    """The model's steps for the chunk, each citing the lines it chose (`extract_steps.txt`);
-    only those that start in the chunk's core."""
+def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, seed: int,
+                  shown: list[dict] | None = None, notes: list[str] | None = None) -> tuple[str, list[Any]]:
+    """The model's steps for the chunk (`extract_steps.txt`), only those that start in the chunk's
+    core. With --grounding said (and the chunk's labels, `shown`) each step's lines are where its
+    words are said (ground_chunk), and what moved is said in `notes`; otherwise its citation."""
     messages = config.template.render(title=plan.title, transcript="\n".join(numbered_lines(chunk.segments, first)))
     reply = plan.llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
                           max_tokens=config.max_new_tokens, seed=seed)
     chunk_title, steps = parse_reply(reply.text, plan.record_id)
+    if config.grounds_by_text and shown is not None:
+        steps = ground_chunk(config, chunk, first, steps, shown, notes if notes is not None else [])
     return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
+
+
+def step_probability(mark: dict) -> float:
+    """P(STEP) of a labelled line: the label pass's own in process, else 1 or 0 by its label."""
+    probs = mark.get("probs")
+    return float(probs[0]) if probs else float(mark["label"] == "STEP")  # LABELS starts with STEP
+
+
+def talk_probability(mark: dict) -> float:
+    """P(TALK) of a labelled line: the label pass's own in process, else 1 or 0 by its label."""
+    probs = mark.get("probs")
+    return float(probs[-1]) if probs else float(mark["label"] == "TALK")  # LABELS ends with TALK
+
+
+def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[Any], shown: list[dict],
+                 notes: list[str]) -> list[Any]:
+    """The chunk's steps, each on the lines its text is said on (step_grounding.py): the steps in
+    the model's order, its citation and the labels' P(TALK) as priors. Grounded steps are marked
+    `fixed_lines` (cited_steps does not move them again); a step with no text is left for
+    cited_steps to report."""
+    lines = [s.text for s in chunk.segments]
+    usable = [k for k, s in enumerate(steps) if isinstance(s, dict) and str(s.get("text") or "").strip()]
+    if not usable:
+        return steps
+
+    def cited(step: dict) -> tuple[int, int] | None:
+        a, b = line_number(step.get("first_line")), line_number(step.get("last_line"))
+        a, b = (a, b) if a is not None and b is not None else (a or b, a or b)
+        if a is None:
+            return None
+        clamp = lambda n: min(max(n - first + 1, 1), len(lines))  # noqa: E731 (chunk-local, 1-based)
+        return tuple(sorted((clamp(a), clamp(b))))
+
+    texts = [str(steps[k]["text"]).strip() for k in usable]
+    grounded = ground_steps(texts, lines, [cited(steps[k]) for k in usable], config.embed,
+                            [talk_probability(m) for m in shown])
+    out = list(steps)
+    for k, place in zip(usable, grounded):
+        step, a, b = steps[k], first + place.first - 1, first + place.last - 1
+        was = (line_number(step.get("first_line")), line_number(step.get("last_line")))
+        if was != (a, b):
+            notes.append(f"step {texts[usable.index(k)]!r}: cited lines {was[0]}-{was[1]}, said on lines "
+                         f"{a}-{b} (similarity {place.similarity:.2f})")
+        out[k] = {**step, "first_line": a, "last_line": b, "fixed_lines": True}
+    return out
 
 
 def label_chunk(plan: RecordPlan, chunk: Chunk, first: int, labels: dict[int, dict]) -> list[dict]:
@@ -327,13 +411,20 @@ def label_chunk(plan: RecordPlan, chunk: Chunk, first: int, labels: dict[int, di
     return shown
 
 
-def write_labelled_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int,
-                         shown: list[dict], seed: int) -> tuple[str, list[dict]]:
-    """The chunk's steps when the labels make them: a STEP line and the MORE lines after it, in
-    the chunk's core; the model writes one instruction for each (`extract_steps_write.txt`). The
-    steps come back marked `fixed_lines`: their lines are the labels', not moved by snapping."""
-    runs = [(first + a, first + b) for a, b in step_runs([m["label"] for m in shown])
+def labelled_runs(chunk: Chunk, first: int, shown: list[dict]) -> list[tuple[int, int]]:
+    """The labelled steps of the chunk's core: a STEP line and the MORE lines after it (line numbers)."""
+    return [(first + a, first + b) for a, b in step_runs([m["label"] for m in shown])
             if chunk.core_start <= chunk.segments[a].start < chunk.core_end]
+
+
+def write_labelled_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int,
+                         shown: list[dict], seed: int, runs: list[tuple[int, int]] | None = None
+                         ) -> tuple[str, list[dict]]:
+    """The chunk's steps when the labels make them: a STEP line and the MORE lines after it, in
+    the chunk's core (or only `runs`); the model writes one instruction for each
+    (`extract_steps_write.txt`). The steps come back marked `fixed_lines`: their lines are the
+    labels', not moved by snapping."""
+    runs = labelled_runs(chunk, first, shown) if runs is None else runs
     if not runs:  # nothing but talk here: no step to write
         return "", []
     said = [" ".join(s.text for s in plan.segments[a - 1:b]) for a, b in runs]
@@ -343,6 +434,30 @@ def write_labelled_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, 
                           seed=seed)
     chunk_title, steps = parse_reply(reply.text, plan.record_id)
     return chunk_title, [{**s, "fixed_lines": True} if isinstance(s, dict) else s for s in steps]
+
+
+def step_order(step: Any) -> tuple[int, int]:
+    """Sort key: a step's cited lines (a step citing none sorts last)."""
+    if not isinstance(step, dict):
+        return (1 << 30, 1 << 30)
+    a, b = line_number(step.get("first_line")), line_number(step.get("last_line"))
+    return (a if a is not None else 1 << 30, b if b is not None else 1 << 30)
+
+
+def missed_runs(runs: list[tuple[int, int]], steps: list[Any], labels: dict[int, str]) -> list[tuple[int, int]]:
+    """The labelled runs that no step of the model's touches (a step on talk lines only touches
+    nothing: it will be dropped)."""
+    taken = set()
+    for step in steps:
+        if not isinstance(step, dict) or not str(step.get("text") or "").strip():
+            continue
+        a, b = line_number(step.get("first_line")), line_number(step.get("last_line"))
+        if a is None or b is None:
+            continue
+        a, b = min(a, b), max(a, b)
+        if not all(labels.get(n) == "TALK" for n in range(a, b + 1)):
+            taken |= set(range(a, b + 1))
+    return [(a, b) for a, b in runs if not taken & set(range(a, b + 1))]
 
 
 @cache
@@ -391,8 +506,9 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         for line, mark in labels.items():
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
+    grounding = {"grounding": config.grounding} if config.segmentation == "filtered" else {}
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
-                      "model": config.llm, "segmentation": config.segmentation,
+                      "model": config.llm, "segmentation": config.segmentation, **grounding,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
 
 
@@ -425,24 +541,37 @@ def labelled_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
 
 
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
-    """--segmentation filtered: the model's steps, those citing only TALK lines dropped; a chunk
-    whose steps mostly copy narration lines takes the labelled runs instead (asking
-    filter-instructional's question first where the record was not screened)."""
+    """--segmentation filtered: the model's steps, each placed where its words are said
+    (--grounding said), those on TALK lines only dropped; the labelled runs no step of the model's
+    touches are written as steps too (one more request where there are any); a step that copies a
+    line the labels say goes on with the step above is folded into it. A model that mostly copied
+    lines makes the stage ask filter-instructional's question first, where the record was not
+    screened (a vlog's lines copied as steps)."""
     verdict = record.get("instructional")  # vi filter-instructional's, or the one screen_record asks
     titles, raw, labels, notes = [], [], {}, []
     for n, chunk, first, seed in plan.each_chunk(config.seed):
         shown = label_chunk(plan, chunk, first, labels)
         if all(m["label"] == "TALK" for m in shown):
             continue  # no step of this chunk could survive the filter: no request
-        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed)
-        copied, counted = copied_steps(steps, {first + i: m["label"] for i, m in enumerate(shown)}, plan.texts)
-        if counted and copied / counted > COPY_SHARE:
-            if not isinstance(verdict, dict):  # not screened yet: is there a task at all?
+        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed, shown, notes)
+        chunk_labels = {first + i: m["label"] for i, m in enumerate(shown)}
+        copied, counted = copied_steps(steps, chunk_labels, plan.texts)
+        if counted and copied / counted > COPY_SHARE and copies_talk(steps, chunk_labels, plan.texts):
+            # the model listed the lines, talk and all, rather than steps: is there a task at all
+            # (asked where the record was not screened)? and the labels say where a step ends
+            if not isinstance(verdict, dict):
                 verdict = screen_record(record, config, f"{copied} of its {counted} steps")
-            notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines "
-                         "were narration lines copied word for word (it listed lines, not steps); "
-                         "this chunk's steps are the labelled runs instead")
-            chunk_title, steps = write_labelled_steps(plan, config, chunk, first, shown, seed)
+            notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines were "
+                         "narration lines copied word for word, talk among its steps too (it listed the "
+                         "lines): copies of lines labelled MORE are folded into the step before")
+            steps = fold_copies(sorted(steps, key=step_order), chunk_labels, plan.texts, notes)
+        missed = [(a, b) for a, b in missed_runs(labelled_runs(chunk, first, shown), steps, chunk_labels)
+                  if step_probability(shown[a - first]) >= STEP_SURE]
+        if missed:
+            _, written = write_labelled_steps(plan, config, chunk, first, shown, seed, missed)
+            notes += [f"lines {a}-{b}: labelled a step that none of the model's steps is on; written "
+                      "from what was said there" for a, b in missed]
+            steps = sorted(steps + written, key=step_order)  # in place, not a reordering to report
         titles.append(chunk_title)
         raw += steps
     refuse_all_talk(plan.record_id, labels)
@@ -477,9 +606,10 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "chunks, repairs, line_labels}: each step cites the first and last transcript line that "
-           "state it and its times are those lines' ([cyan]lines[/cyan]: their indices in "
-           "transcript.segments); in temporal order; [cyan]line_labels[/cyan] gives each segment's "
+           "grounding, chunks, repairs, line_labels}: each step's first and last transcript line, where "
+           "its words are said (--grounding said) or as the model cited them, and its times are those "
+           "lines' ([cyan]lines[/cyan]: their indices in transcript.segments); in temporal order; "
+           "[cyan]line_labels[/cyan] gives each segment's "
            "STEP/MORE/TALK label (null: not speech); [cyan]repairs[/cyan] lists what was fixed in "
            "the model's reply.",
     example="vi filter-instructional --drop --rejects no.jsonl -i t.jsonl | vi extract-steps | "

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,41 @@ def step_runs(labels: list[str]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in runs]
 
 
-def _labels_by_likelihood(llm, title: str, texts: list[str]) -> list[dict[str, Any]]:
+LABEL_WINDOW = 3  # earlier lines, with their labels, shown before the line being labelled
+CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context alone favours
+
+
+def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: list[str],
+                       window: int | None = LABEL_WINDOW, calibrate: bool = False) -> list[dict[str, Any]]:
+    """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
+
+    Each line is shown after the examples with at most `window` earlier lines and their chosen
+    labels (None: every earlier line, as before). Why: with every earlier line in the text, the
+    1.5B model labelled every line of the real pressure-cooker transcript from line 25 on TALK
+    ("When they're done you just pop them out and eat them" among them): a run of its own TALK
+    labels made the next TALK likelier whatever the line said. A bounded window caps how much of
+    its own past the model reads. With `calibrate`, a line's scores are also divided by those of a
+    content-free line (CONTENT_FREE) in the same place (contextual calibration, Zhao et al. 2021);
+    off by default: "N/A" reads as talk to the model, so dividing by it called 40 of the pressure
+    cooker's 47 lines STEP, its outro's thanks among them (the window alone: the greeting and both
+    outros TALK, the 15 minutes and "pop them out" not).
+    """
+    prefix, out = label_examples() + video_header(title), []
+    for n, line in enumerate(texts, 1):
+        first = 1 if window is None else max(1, n - window)
+        context = prefix + "".join(f"[{m}] {texts[m - 1]} -> {out[m - 1]['label']}\n" for m in range(first, n))
+        scores = np.asarray(score(context + f"[{n}] {line} ->"), dtype=float)
+        if calibrate:
+            scores = scores - np.asarray(score(context + f"[{n}] {CONTENT_FREE} ->"), dtype=float)
+        probs = np.exp(scores - np.logaddexp.reduce(scores))
+        label = LABELS[int(np.argmax(probs))]
+        out.append({"label": label, "p": round(float(probs.max()), 3),
+                    "probs": [round(float(x), 3) for x in probs]})
+    return out
+
+
+def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None = LABEL_WINDOW,
+                          calibrate: bool = False) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -72,18 +107,13 @@ def _labels_by_likelihood(llm, title: str, texts: list[str]) -> list[dict[str, A
         first_token[label] = tokens[0]
     if len(set(first_token.values())) < len(LABELS):
         raise RecordError("llm_unsupported", f"{llm.name}: the labels {LABELS} share their first token")
-    text, out = label_examples() + video_header(title), []
+
+    def score(text: str) -> np.ndarray:
+        log_probs = next_token_log_probs(llm, text)
+        return np.array([log_probs[first_token[label]] for label in LABELS])
+
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
-        for n, line in enumerate(texts, 1):
-            text += f"[{n}] {line} ->"
-            log_probs = next_token_log_probs(llm, text)
-            scores = np.array([log_probs[first_token[label]] for label in LABELS])
-            probs = np.exp(scores - np.logaddexp.reduce(scores))
-            label = LABELS[int(np.argmax(probs))]
-            out.append({"label": label, "p": round(float(probs.max()), 3),
-                        "probs": [round(float(x), 3) for x in probs]})
-            text += f" {label}\n"
-    return out
+        return labels_from_scores(score, title, texts, window, calibrate)
 
 
 def labels_schema(count: int) -> dict:

@@ -161,3 +161,53 @@ def copied_steps(steps: list[Any], labels: dict[int, str], texts: list[str]) -> 
         copied += any(SequenceMatcher(None, text, texts[i - 1].casefold().strip()).ratio() >= COPY_RATIO
                       for i in near)
     return copied, counted
+
+
+def is_copy(text: str, line: str) -> bool:
+    """Whether a step's text is the narration line word for word (up to case and a comma)."""
+    return SequenceMatcher(None, text.casefold().strip(), line.casefold().strip()).ratio() >= COPY_RATIO
+
+
+def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str]) -> bool:
+    """Whether one of `steps` copies, word for word, a line the label pass calls TALK that it
+    cites: the model listed the narration, talk and all, rather than choosing the action lines."""
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
+        text = str(step.get("text") or "")
+        if first is None or last is None or not text.strip():
+            continue
+        first, last = min(first, last), max(first, last)
+        if any(labels.get(n) == "TALK" and 1 <= n <= len(texts) and is_copy(text, texts[n - 1])
+               for n in range(first, last + 1)):
+            return True
+    return False
+
+
+def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str]) -> list[Any]:
+    """The model's steps (dicts citing line numbers) less those that copy the one line they
+    cite, a line the label pass calls MORE (it goes on with the step above), right after the step
+    before: that line is folded into the step before.
+
+    Only for a model that listed the narration (copies_talk): a copied line is a fine step when
+    it states one action, and a model that copied only the action lines of a clean narration
+    (one sentence per step) chose its steps, which the labels must not merge. A model that copied
+    the greeting and the asides too chose nothing, and then the labels say where a step ends.
+    ("There it is, a tiny puncture right here", copied as a step by the 1.5B model, goes on with
+    finding the hole.)"""
+    out: list[Any] = []
+    for step in steps:
+        previous = next((s for s in reversed(out) if isinstance(s, dict)), None)
+        if isinstance(step, dict) and previous is not None:
+            first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
+            end = line_number(previous.get("last_line"))
+            text = str(step.get("text") or "")
+            if (first is not None and first == last and end is not None and end in (first - 1, first)
+                    and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])):
+                out[out.index(previous)] = {**previous, "last_line": first}
+                notes.append(f"step {text.strip()!r} (line {first}) copies a line labelled MORE: folded into "
+                             f"the step before, {str(previous.get('text') or '').strip()!r}")
+                continue
+        out.append(step)
+    return out

@@ -6,15 +6,34 @@ vi.evaluation.showhowto.extract_quality)."""
 from __future__ import annotations
 
 import json
+import zlib
 
+import numpy as np
 import pytest
 
 from vi.core.models.llm import ChatReply
 from vi.evaluation.showhowto import extract_quality as eq
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.narration_labels import step_runs
+from vi.pipelines.showhowto.step_citations import content_words
 
 TRANSCRIPTS = {r["id"]: r for r in eq.load_transcripts()}
+
+
+def words_embedder(texts: list[str]) -> np.ndarray:
+    """A stand-in sentence embedder for --grounding said: unit-length bags of content words."""
+    vectors = np.zeros((len(texts), 512))
+    for i, text in enumerate(texts):
+        for word in content_words(text):
+            vectors[i, zlib.crc32(word.encode()) % 512] += 1.0
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1.0, norms)
+
+
+@pytest.fixture(autouse=True)
+def no_embedder_download(monkeypatch):
+    """The stage's sentence embedder is the words stand-in: these tests pin the stage's logic."""
+    monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
 
 
 def test_the_transcripts_are_messy_how_to_narration_and_non_instructional_talk():
@@ -295,7 +314,8 @@ def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_cita
     labels = truth_labels(record)
     llm = CopyingLLM(labels, steps_for=lambda lines: own_words(record))
     monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
-    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation=segmentation))["steps"]
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation=segmentation,
+                                                grounding="cited"))["steps"]
     texts = [s["text"] for s in steps["items"]]
     if segmentation == "model":  # the model's steps as they are, the phone call among them
         assert len(llm.requests) == 1 and "Answer the phone." in texts and "line_labels" not in steps
@@ -308,18 +328,25 @@ def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_cita
 
 
 def use_llm(llm, monkeypatch):
-    """`llm` for extract-steps and for the filter's question it may ask."""
-    from vi.pipelines.showhowto import filter_instructional as fi
+    """`llm` for extract-steps; vi filter-instructional's verdict, which extract-steps may ask for
+    (screen_record), is a stand-in answering `llm.answer` and counting in `llm.screened`: how the
+    filter reaches its verdict is its own tests' business."""
+    llm.screened = 0
+
+    def verdict(record, config):
+        llm.screened += 1
+        return {"instructional": {"label": llm.answer == "Yes", "reason": "Because.", "model": "stand-in"}}
 
     monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
-    monkeypatch.setattr(fi.FilterConfig, "load_llm", lambda self: llm)
+    monkeypatch.setattr(es, "classify", verdict)
 
 
 @pytest.mark.parametrize("segmentation", ["model", "filtered"])
-def test_a_model_that_copies_the_lines_gets_the_labelled_runs_instead(segmentation, monkeypatch):
-    """The issue's failure: every narration line copied as a step. filtered sees the copies,
-    asks the filter's question (the record was not screened), and takes the labels' runs, which
-    the model then writes one instruction each."""
+def test_a_model_that_lists_every_line_gets_its_copies_folded_by_the_labels(segmentation, monkeypatch):
+    """The failure the copy rule was made for: every narration line copied as a step, the greeting
+    and the phone call among them. filtered sees a model that listed the lines, asks the filter's
+    question (the record was not screened), drops the talk and folds each copied line the labels
+    call MORE into the step before: the true steps, on their lines."""
     record = TRANSCRIPTS["bike_tyre"]
     labels = truth_labels(record)
     llm = CopyingLLM(labels)
@@ -330,16 +357,65 @@ def test_a_model_that_copies_the_lines_gets_the_labelled_runs_instead(segmentati
         assert len(llm.requests) == 1 and cited == list(range(20))
         assert not eq.meets_bar(eq.score(record, steps["items"]))
         return
-    asked = [schema for _, schema in llm.requests]
-    assert len(asked) == 4  # the labels, the model's copy, the filter's question, the labelled runs written
-    assert "answer" in asked[2]["properties"] and "prefixItems" in asked[3]["properties"]["steps"]
+    assert len(llm.requests) == 2 and llm.screened == 1  # the labels, the model's copy, the filter asked: nothing rewritten
     truth = record["truth"]["steps"]
     assert [(s["start"], s["end"], s["lines"]) for s in steps["items"]] == [
         (t["start"], t["end"], t["lines"]) for t in truth]
-    assert steps["items"][0]["text"] == "Do step 1."
+    lines = record["transcript"]["segments"]
+    assert [s["text"] for s in steps["items"]] == [lines[t["lines"][0]]["text"].strip() for t in truth]
     assert steps["repairs"][0].startswith("chunk 1: 12 of the model's 12 steps on non-talk lines were "
                                           "narration lines copied word for word")
+    assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 6
     assert eq.meets_bar(eq.score(record, steps["items"]))
+
+
+CLEAN = {"id": "fruit", "title": "Fruit salad", "duration": 36.0, "transcript": {"segments": [
+    {"start": 0.5, "end": 3.0, "text": " Hello, today we are making a fruit salad."},
+    {"start": 3.5, "end": 6.0, "text": " Rinse the apple under cold water."},
+    {"start": 7.0, "end": 10.0, "text": " Peel the orange."},
+    {"start": 11.0, "end": 15.0, "text": " Cut the fruit into a bowl."},
+    {"start": 16.0, "end": 19.0, "text": " Sprinkle some candies on top."},
+    {"start": 20.0, "end": 23.0, "text": " Your fruit salad is ready to serve."}]}}
+
+
+@pytest.mark.parametrize("grounding", ["said", "cited"])
+def test_a_clean_narration_copied_line_by_line_keeps_every_step(grounding, monkeypatch):
+    """The issue's clean clip: each sentence states one step and the model's four steps copy them.
+    Even where the labels would merge them (rinse + peel, cut + sprinkle, as the old label pass
+    did), a model that copied only the action lines chose its steps: all four are kept, on their
+    lines, and no filter question is asked."""
+    labels = ["TALK", "STEP", "MORE", "STEP", "MORE", "TALK"]
+    llm = CopyingLLM(labels, steps_for=lambda lines: [
+        {"first_line": n, "last_line": n, "text": lines[n - 1]} for n in (2, 3, 4, 5)])
+    use_llm(llm, monkeypatch)
+    steps = es.extract(CLEAN, es.ExtractConfig(llm="smollm2-135m", grounding=grounding))["steps"]
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [3, 3], [4, 4]]
+    assert [s["text"] for s in steps["items"]][1] == "Peel the orange."
+    assert len(llm.requests) == 2 and llm.screened == 0  # the labels and the steps
+
+
+def test_grounded_steps_land_where_their_words_are_said_and_missed_labelled_steps_are_written(monkeypatch):
+    """--grounding said on bike_tyre: the model writes five of the six steps in its own words and
+    cites each the line before (as the 1.5B model does); each lands on its true first line, and the
+    labelled run no step is on (the tube back in) is written from what was said there."""
+    record = TRANSCRIPTS["bike_tyre"]
+    truth = record["truth"]["steps"]
+    written = ["Open the brake quick release, undo the axle lever and pull the wheel out of the frame.",
+               "Let out the air, hook two tyre levers under the bead and pull out the tube.",
+               "Pump air into the tube and listen for the hiss to find the hole.",
+               "Rough up the area with sandpaper, spread glue, wait till tacky, press the patch on firmly.",
+               "Run your fingers around the inside of the tyre to find what caused the flat."]
+    llm = CopyingLLM(truth_labels(record), steps_for=lambda lines: [
+        {"first_line": t["lines"][0], "last_line": t["lines"][0], "text": text}  # 1-based: the line before
+        for t, text in zip(truth, written)])
+    use_llm(llm, monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m"))["steps"]
+    assert steps["grounding"] == "said"
+    assert [s["lines"][0] for s in steps["items"]] == [t["lines"][0] for t in truth]
+    assert steps["items"][-1]["text"] == "Do step 1."  # the missed run, written by the labels' request
+    assert any("said on lines 4-5" in r for r in steps["repairs"])
+    assert any(r.startswith("lines 17-18: labelled a step") for r in steps["repairs"])
+    assert len(llm.requests) == 3  # labels, steps, the missed run written
 
 
 def test_a_step_counts_as_copied_when_it_is_a_nearby_line_up_to_case_and_punctuation():
@@ -402,8 +478,8 @@ def test_a_copying_model_on_a_video_the_filter_rejects_gives_not_instructional(m
     with pytest.raises(RecordError) as info:
         es.extract(record, es.ExtractConfig(llm="smollm2-135m"))
     assert info.value.kind == "not_instructional" and "8 of its 8 steps" in info.value.message
-    assert len(llm.requests) == 3  # labels, steps, the question: nothing written
+    assert len(llm.requests) == 2 and llm.screened == 1  # labels, steps, the filter asked: nothing written
     llm.requests.clear()
     screened = {"label": True, "reason": "screened before", "model": "x"}
     steps = es.extract(record | {"instructional": screened}, es.ExtractConfig(llm="smollm2-135m"))["steps"]
-    assert len(llm.requests) == 3 and len(steps["items"]) == 4  # labels, steps, the runs written
+    assert len(llm.requests) == 2 and llm.screened == 1 and len(steps["items"]) == 4  # copies of MORE lines folded
