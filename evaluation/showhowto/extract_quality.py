@@ -228,7 +228,7 @@ def line_table(rows: list[dict], cooker: dict | None, before: dict | None = None
 
 
 def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filter: bool = False,
-             **config_args) -> tuple[list[dict], dict | None]:
+             progress: Path | None = None, **config_args) -> tuple[list[dict], dict | None]:
     """Rows of `score` per record; with `after_filter`, each record goes through
     `vi filter-instructional` (same LLM) first, and one it labels not instructional gets no
     steps (extract-steps' own not_instructional error), as in the pipelines."""
@@ -246,7 +246,11 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
                                                                     "source": record.get("source")})
         row = rows[-1]
         print(f"  {llm} {record['id']}: {row['steps']}/{row['true']} steps, R@.3 {fmt(row['recall@0.3'])}, "
-              f"{seconds:.0f} s", file=sys.stderr, flush=True)  # progress: a run takes minutes
+              f"by line {row['line_found']}/{row['line_true']} found, {row['line_on_step']}/{row['line_steps']} "
+              f"on a step, {seconds:.0f} s", file=sys.stderr, flush=True)  # progress: a run takes minutes
+        if progress is not None:  # each row as soon as it is measured: a long run cut short keeps them
+            with progress.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(row) + "\n")
     return rows, pressure_cooker(config) if with_cooker else None
 
 
@@ -276,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                and (not args.id or r["id"] in args.id)]
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
+                                progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
                                 segmentation=args.segmentation)
         print(report(f"{llm}, --segmentation {args.segmentation}"
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)

@@ -275,6 +275,25 @@ def test_the_truth_scores_perfectly_and_a_step_per_line_fails_the_bar():
     assert row["steps"] == 20 and row["intro"] == 2 and row["aside"] == 2 and row["outro"] == 2
     assert not eq.meets_bar(row)
 
+def test_by_line_a_step_counts_where_it_starts_and_the_held_out_truth_is_consistent():
+    record = TRANSCRIPTS["bike_tyre"]
+    assert eq.by_line(record, record["truth"]["steps"])["line_recall"] == 1.0
+    steps = [{"lines": [0, 1]}, {"lines": [4, 4]}, {"lines": [3, 3]}, {"lines": [18, 19]}]
+    row = eq.by_line(record, steps)  # the greeting, step 1's second line, step 1 again, the outro
+    assert (row["line_found"], row["line_on_step"], row["line_intro"], row["line_outro"]) == (1, 2, 1, 1)
+    held_out = eq.load_transcripts(eq.HELDOUT)
+    assert len(held_out) >= 5 and all(r["truth"]["use"] == "measure" for r in held_out)
+    assert sum(bool(r["truth"].get("clean")) for r in held_out) >= 1
+    for r in held_out:
+        segments = r["transcript"]["segments"]
+        for step in r["truth"]["steps"]:
+            a, b = step["lines"]
+            assert (step["start"], step["end"]) == (segments[a]["start"], segments[b]["end"])
+    cooker = eq.pressure_cooker_record()
+    if cooker is not None:
+        assert eq.by_line(cooker, cooker["truth"]["steps"])["line_precision"] == 1.0
+
+
 # The default model on these transcripts takes about 3 minutes each on 2 cores: it is measured by
 # python -m vi.evaluation.showhowto.extract_quality (evaluation/showhowto/RESULTS.md), not in the suite.
 # tests/showhowto/test_llm_stages.py runs it on the real pressure-cooker transcript.

@@ -290,6 +290,7 @@ def test_the_default_model_extracts_ordered_plausible_steps(pressure_cooker):
     steps = jsonl(done.stdout)[0]["steps"]
     items = steps["items"]
     assert steps["segmentation"] == "filtered" and len(steps["line_labels"]) == len(pressure_cooker["transcript"]["segments"])
+    assert steps["grounding"] == "said"  # each step where its words are said, not where it was cited
     assert len(items) >= 3 and "potato" in steps["title"].lower()
     assert all(0 <= s["start"] <= s["end"] <= 135.1 for s in items)
     assert [s["start"] for s in items] == sorted(s["start"] for s in items)
