@@ -16,7 +16,12 @@ from vi.pipelines.showhowto import filter_instructional as fi
 @stage_command(
     summary="Label each video instructional or not with an LLM (ShowHowTo's filter).",
     reads="[cyan]transcript[/cyan] (from vi transcribe) and [cyan]title[/cyan] when present.",
-    writes="[cyan]instructional[/cyan] = {label: true|false, reason, model}. With --drop, "
+    writes="[cyan]instructional[/cyan] = {label: true|false, reason, model, decision}: with --ask both "
+           "(default) the paper's question and its opposite are asked; decision = {method, score, paper, "
+           "negated: {answer, explanation, log_odds}, uncertain} says how the label was reached (llama.cpp: "
+           "the log-odds of both questions combined, a word the model prefers cancelling; a server or "
+           "transformers: both written answers, and where they give the same word to opposite questions, "
+           "set aside as uncertain). The reason is an explanation that argues for the label. With --drop, "
            "records labelled false go to --rejects FILE instead of the output.",
     example="vi transcribe -i videos.jsonl | vi filter-instructional --drop --rejects "
             "not_howto.jsonl | vi extract-steps",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 SETS = {"measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
@@ -31,22 +32,29 @@ def reason_says_no(reason: str) -> bool:
     return bool(NOT_HOWTO.search(lowered)) or "not instructional" in lowered or "not a demonstration" in lowered
 
 
-def run(llm: str, which: str = "measure") -> dict:
+def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None = None) -> dict:
     from vi.core.models.catalog import DEFAULT_LLM
     from vi.pipelines.showhowto import filter_instructional as fi
 
-    config = fi.FilterConfig(llm=llm or DEFAULT_LLM)
+    config = fi.FilterConfig(llm=llm or DEFAULT_LLM, ask=ask, threads=threads)
     rows = []
     for line in SETS[which].read_text().splitlines():
         item = json.loads(line)
         record = {"id": item["id"], "title": item["title"],
                   "transcript": {"segments": [{"start": 0.0, "end": 60.0, "text": item["text"]}]}}
         got = fi.classify(record, config)["instructional"]
+        print(f"{item['id']}: {got['label']} ({(got.get('decision') or {}).get('method')})", file=sys.stderr, flush=True)
         agrees = got["label"] != reason_says_no(got["reason"]) if got["label"] else True
+        decision = got.get("decision") or {}
         rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
-                     "reason": got["reason"], "agrees_with_reason": agrees})
+                     "reason": got["reason"], "agrees_with_reason": agrees, "method": decision.get("method"),
+                     **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}})
     kinds = sorted({r["kind"] for r in rows})
-    return {"llm": config.llm, "set": which, "transcripts": len(rows),
+    methods = sorted({str(r["method"]) for r in rows})
+    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows),
+            "balanced_accuracy": round(sum(sum(r["label"] == r["truth"] for r in rows if r["truth"] is t)
+                                           / max(1, sum(r["truth"] is t for r in rows)) for t in (True, False)) / 2, 3),
+            "decided_by": {m: sum(str(r["method"]) == m for r in rows) for m in methods},
             "accuracy": round(sum(r["label"] == r["truth"] for r in rows) / len(rows), 3),
             "per_kind": {k: f"{sum(r['label'] == r['truth'] for r in rows if r['kind'] == k)}/"
                             f"{sum(r['kind'] == k for r in rows)}" for k in kinds},
@@ -58,8 +66,11 @@ def main() -> None:
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=sorted(SETS), default="measure",
                         help="measure: the held-out transcripts (never designed on); tune: the ones a design may see")
+    parser.add_argument("--ask", choices=("both", "paper"), default="both",
+                        help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the cores, at most 8)")
     args = parser.parse_args()
-    print(json.dumps(run(args.llm, args.set), indent=1))
+    print(json.dumps(run(args.llm, args.set, args.ask, args.threads), indent=1))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,27 @@ model cannot ramble its way out of the format; the explanation comes first, so t
 from what the model has just said of the video (asked label first, the 1.5B model answered Yes to a
 vlog it had called a vlog: evaluation/showhowto/RESULTS.md, the filter on held-out transcripts).
 
+The 1.5B default model also prefers one answer word whatever the video: on held-out transcripts it
+called a moving-day vlog and an unboxing "shows how to..." and answered Yes. So the question is
+asked both ways (`--ask both`, the default), each explanation first, with the same worked examples:
+- the paper's question (prompt_templates/filter_instructional.txt): does the video teach a task?
+- its opposite (filter_instructional_negated.txt): is the video mainly something else: a vlog, a
+  review or unboxing, a talk, news...? The examples' answers are flipped.
+A preferred word now argues for "how-to" in one question and against it in the other. The label:
+- where the backend scores answers (llama.cpp: `option_log_probs`), from the likelihoods: each
+  question's log P(Yes) - log P(No) at the answer, read before any explanation, combined with the
+  opposite question's sign flipped: score = (paper - opposite) / 2, a how-to above 0. A bias toward
+  one word adds the same to both and cancels. The paper's question is written out (its explanation
+  is the reason); the opposite one only scored (a prompt evaluation, no constrained reply, which is
+  what costs), and written out only where the score overrules the paper's written answer, for the
+  reason. Where both written answers say the opposite of the score, they decide;
+- where it cannot (a server, transformers), from the two written answers: Yes to one and No to the
+  other is their common answer; the same word to both is no evidence either way: not instructional,
+  marked uncertain (a filter keeps how-tos; a doubtful video costs less set aside than mined).
+The reason written is always the explanation of a written answer that argues for the label, and
+`decision` records each question's answer, explanation and log-odds, the score, and which rule
+decided. `--ask paper` asks the paper's question alone (one request, its answer as it is).
+
 A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
 without asking the model: there is no narration to mine steps from.
 """
@@ -27,6 +48,9 @@ from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_seg
 
 STAGE = "filter-instructional"
 NO_TITLE = "(no title)"
+ASK = ("both", "paper")
+ANSWERS = ("Yes", "No")
+ANSWER_FIRST = '{"answer": "'  # the reply read at its answer, before any explanation, for scoring
 ANSWER_SCHEMA = {
     "type": "object",
     "properties": {  # in this order: the grammar makes the model write the explanation first
@@ -44,18 +68,31 @@ class FilterConfig(LLMConfig):
     prompt: Path | None = option(None, help=(  # None: the packaged prompt
         "Your own prompt file (see the packaged prompt_templates/filter_instructional.txt "
         "for the format); it must use ${title} and ${transcript}."))
+    ask: str = option("both", help=(
+        "both: the paper's question and its opposite (is the video mainly a vlog, review, talk...?), "
+        "combined so that a model's preferred answer word cancels (the record's decision says how); "
+        "paper: the paper's question alone, one request per record."))
+    negated_prompt: Path | None = option(None, help=(
+        "Your own prompt for the opposite question (see the packaged prompt_templates/"
+        "filter_instructional_negated.txt); Yes must mean 'not a how-to'; it must use ${title} and "
+        "${transcript}."))
     max_chars: int = option(1500, help=(  # of transcript text shown to the model
         "Transcript characters shown to the model (2,000 more for videos over 400 s)."))
     long_video_s: float = internal(400.0)  # videos longer than this ...
     long_extra_chars: int = internal(2000)  # ... show this much more
     template: ChatPrompt = internal(init=False)
+    negated_template: ChatPrompt = internal(init=False)
 
     def __post_init__(self) -> None:
         if self.max_chars < 100:
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
+        if self.ask not in ASK:
+            raise ValueError(f"--ask must be one of {', '.join(ASK)}, got {self.ask!r}")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))
+        object.__setattr__(self, "negated_template", load_prompt(
+            "filter_instructional_negated", self.negated_prompt, needs=("title", "transcript")))
 
 
 def transcript_excerpt(record: dict, config: FilterConfig) -> str:
@@ -81,6 +118,80 @@ def parse_answer(text: str, record_id: object) -> tuple[bool, str]:
     return answer == "Yes", reason
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One question's reply: whether it answered Yes (None: not asked to write one), its explanation,
+    and, where the backend scores answers, log P(Yes) - log P(No) at the answer read before any
+    explanation."""
+
+    yes: bool | None
+    explanation: str = ""
+    log_odds: float | None = None
+
+    def as_json(self) -> dict:
+        return {**({"answer": "Yes" if self.yes else "No", "explanation": self.explanation}
+                   if self.yes is not None else {}),
+                **({"log_odds": round(self.log_odds, 3)} if self.log_odds is not None else {})}
+
+    def says_howto(self, negated: bool) -> bool | None:
+        """What the written answer says of the video: under the opposite question Yes means not a how-to."""
+        return None if self.yes is None else self.yes != negated
+
+
+def combined_score(paper: Answer, negated: Answer) -> float | None:
+    """(paper's log-odds of Yes - opposite's) / 2: a bias toward one word adds the same to both and
+    cancels; above 0 the two questions' likelihoods say how-to. None without both log-odds."""
+    if paper.log_odds is None or negated.log_odds is None:
+        return None
+    return (paper.log_odds - negated.log_odds) / 2
+
+
+def decide(paper: Answer, negated: Answer | None) -> dict:
+    """The `instructional` fields from the questions' answers, pure (see the module's docstring).
+    `negated` None: the paper's question alone. The reason is always an explanation whose written
+    answer argues for the label."""
+    if negated is None:
+        return {"label": paper.yes, "reason": paper.explanation,
+                "decision": {"method": "paper", "paper": paper.as_json()}}
+    asked = {"paper": paper.as_json(), "negated": negated.as_json()}
+    score = combined_score(paper, negated)
+    opposite = negated.says_howto(negated=True)
+    if score is not None:  # the likelihoods decide; the reason is a written answer that agrees
+        label = score > 0
+        scored = {"score": round(score, 3), **asked}
+        if paper.yes == label:
+            return {"label": label, "reason": paper.explanation,
+                    "decision": {"method": "log-odds of both questions; the paper's answer agrees", **scored}}
+        if opposite == label:
+            return {"label": label, "reason": negated.explanation,
+                    "decision": {"method": "log-odds of both questions; the paper's answer overruled", **scored}}
+        if opposite is not None:  # both written answers say the other thing: they outweigh the scores
+            return {"label": paper.yes, "reason": paper.explanation,
+                    "decision": {"method": "both written answers agree, against the log-odds", **scored}}
+        raise ValueError("the opposite question's written answer is needed where the paper's disagrees")
+    if paper.yes == opposite:  # Yes to one, No to the other: both say the same of the video
+        return {"label": paper.yes, "reason": paper.explanation,
+                "decision": {"method": "both questions agree", **asked}}
+    # The same word to opposite questions, and no likelihoods to weigh them: no evidence either way.
+    return {"label": False, "reason": paper.explanation if not paper.yes else negated.explanation,
+            "decision": {"method": "questions disagree; uncertain, set aside", "uncertain": True, **asked}}
+
+
+def scored_log_odds(llm, messages: list[dict[str, str]]) -> float | None:
+    """log P(Yes) - log P(No) as the reply's answer, read at its start (before any explanation), where
+    the backend scores answers (llama.cpp's `option_log_probs`); None where it cannot."""
+    score = getattr(llm, "option_log_probs", None)
+    if score is None:
+        return None
+    log_yes, log_no = score(messages, list(ANSWERS), ANSWER_FIRST)
+    return float(log_yes - log_no)
+
+
+def written(llm, messages: list[dict[str, str]], record_id: object, seed: int) -> tuple[bool, str]:
+    reply = llm.chat(messages, schema=ANSWER_SCHEMA, max_tokens=160, seed=seed)
+    return parse_answer(reply.text, record_id)
+
+
 def classify(record: dict, config: FilterConfig) -> dict:
     excerpt = transcript_excerpt(record, config)
     if not excerpt:
@@ -88,11 +199,22 @@ def classify(record: dict, config: FilterConfig) -> dict:
                 "no narration: the transcript is empty or holds only music/noise captions"}}
     title = str(record.get("title") or NO_TITLE)
     llm = config.load_llm()
-    messages = config.template.render(title=title, transcript=excerpt)
-    reply = llm.chat(messages, schema=ANSWER_SCHEMA, max_tokens=160,
-                     seed=record_seed(config.seed, record["id"]) % 2**32)
-    label, reason = parse_answer(reply.text, record["id"])
-    return {"instructional": {"label": label, "reason": reason, "model": config.llm}}
+    seed = record_seed(config.seed, record["id"]) % 2**32
+    asking = config.template.render(title=title, transcript=excerpt)
+    paper = Answer(*written(llm, asking, record["id"], seed))
+    negated = None
+    if config.ask == "both":
+        # scored right after its reply, the paper's answer costs a few tokens (the prompt is cached)
+        paper = Answer(paper.yes, paper.explanation, scored_log_odds(llm, asking))
+        opposite = config.negated_template.render(title=title, transcript=excerpt)
+        negated = Answer(None, log_odds=scored_log_odds(llm, opposite))
+        score = combined_score(paper, negated)
+        # written (a constrained reply: the costly part) only where a reason or the vote needs it
+        if score is None or (score > 0) != paper.yes:
+            negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
+    decided = decide(paper, negated)
+    return {"instructional": {"label": decided["label"], "reason": decided["reason"], "model": config.llm,
+                              "decision": decided["decision"]}}
 
 
 def is_rejected(record: dict) -> bool:

@@ -1,0 +1,161 @@
+"""vi filter-instructional asks the paper's question and its opposite, and combines them so that a
+model's preferred answer word cannot decide the label (issue 38). Small fake backends, no model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from vi.core.models.llm import ChatReply
+from vi.pipelines.common.chat_prompt import load_prompt
+from vi.pipelines.showhowto import filter_instructional as fi
+
+SMOL = "smollm2-135m"
+VLOG = {"id": "moving", "title": "MOVING VLOG: packing up",
+        "transcript": {"segments": [{"start": 0.0, "end": 30.0, "text": "so today is moving day, I wrapped the "
+                                     "plates and my sister came over and we had pizza on the floor"}]}}
+HOWTO = {"id": "hinge", "title": "Fix a squeaky hinge",
+         "transcript": {"segments": [{"start": 0.0, "end": 30.0, "text": "tap the pin out with a nail, wipe it, "
+                                      "put a drop of oil on it and tap it back in"}]}}
+
+
+def negated(messages: list[dict]) -> bool:
+    """Whether the messages ask the opposite question (its system turn says when Yes means not a how-to)."""
+    return "mainly about something other than teaching a task" in messages[0]["content"]
+
+
+class AlwaysYes:
+    """A judge that answers Yes to any question whatever the video, explaining what the video is."""
+
+    name = "always-yes"
+    n_ctx = 4096
+
+    def __init__(self, explanation: str):
+        self.explanation, self.calls = explanation, []
+
+    def chat(self, messages, *, schema=None, max_tokens=512, temperature=0.0, seed=0):
+        self.calls.append(messages)
+        return ChatReply(json.dumps({"explanation": self.explanation, "answer": "Yes"}), 0, 0, "stop")
+
+
+class ScoringAlwaysYes(AlwaysYes):
+    """Always Yes when sampled, and scored answers with a bias toward Yes (BIAS) plus what the video
+    says (`evidence` > 0: a how-to): log-odds of Yes = BIAS + evidence to the paper's question,
+    BIAS - evidence to its opposite."""
+
+    BIAS = 3.0
+
+    def __init__(self, explanation: str, evidence: float):
+        super().__init__(explanation)
+        self.evidence, self.scored = evidence, []
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        assert list(options) == ["Yes", "No"] and reply_prefix == fi.ANSWER_FIRST
+        self.scored.append(messages)
+        odds = self.BIAS + (-self.evidence if negated(messages) else self.evidence)
+        return [odds, 0.0]
+
+
+class Truthful:
+    """Answers each question as it should be answered for a video that is (or is not) a how-to."""
+
+    name = "truthful"
+    n_ctx = 4096
+
+    def __init__(self, howto: bool):
+        self.howto = howto
+
+    def chat(self, messages, *, schema=None, max_tokens=512, temperature=0.0, seed=0):
+        yes = self.howto != negated(messages)
+        what = "It shows step by step how to oil a hinge." if self.howto else "It is a vlog of a moving day."
+        return ChatReply(json.dumps({"explanation": what, "answer": "Yes" if yes else "No"}), 0, 0, "stop")
+
+
+def classify(record: dict, backend, monkeypatch, **options) -> dict:
+    monkeypatch.setattr(fi.FilterConfig, "load_llm", lambda self: backend)
+    return fi.classify(record, fi.FilterConfig(llm=SMOL, **options))["instructional"]
+
+
+def test_a_judge_that_always_says_yes_does_not_label_a_vlog_instructional(monkeypatch):
+    # Asked the paper's question alone, its Yes is the label, whatever it said of the video
+    judge = AlwaysYes("The video is a vlog of the narrator's moving day.")
+    alone = classify(VLOG, judge, monkeypatch, ask="paper")
+    assert alone["label"] is True and len(judge.calls) == 1
+    # Asked both ways (the default), its Yes says "how-to" once and "not a how-to" once: no evidence either
+    # way, so it comes out uncertain and set aside, with the explanation of the answer that argued so
+    judge = AlwaysYes("The video is a vlog of the narrator's moving day.")
+    out = classify(VLOG, judge, monkeypatch)
+    assert len(judge.calls) == 2 and negated(judge.calls[1]) and not negated(judge.calls[0])
+    assert out["label"] is False and out["decision"]["uncertain"] is True
+    assert out["decision"]["method"] == "questions disagree; uncertain, set aside"
+    assert out["decision"]["paper"]["answer"] == out["decision"]["negated"]["answer"] == "Yes"
+    assert "vlog" in out["reason"]
+
+
+@pytest.mark.parametrize("evidence, label", [(-1.0, False), (1.0, True)])
+def test_a_yes_bias_in_the_scored_answers_cancels_and_the_content_decides(monkeypatch, evidence, label):
+    # The judge's Yes outweighs the content in each question alone (3 vs 1): it writes Yes to both, and
+    # scored alone each question would say Yes. Combined, (paper - opposite) / 2 leaves the content.
+    judge = ScoringAlwaysYes("It is about a moving day.", evidence)
+    out = classify(VLOG if not label else HOWTO, judge, monkeypatch)
+    assert out["label"] is label
+    assert out["decision"]["score"] == pytest.approx(evidence)
+    assert out["decision"]["paper"]["log_odds"] == pytest.approx(3.0 + evidence)
+    assert out["decision"]["negated"]["log_odds"] == pytest.approx(3.0 - evidence)
+    assert "uncertain" not in out["decision"] and len(judge.scored) == 2
+    if label:  # the paper's written Yes agrees: one reply written, the opposite question only scored
+        assert out["decision"]["method"] == "log-odds of both questions; the paper's answer agrees"
+        assert len(judge.calls) == 1 and "answer" not in out["decision"]["negated"]
+    else:  # the paper's Yes is overruled: the opposite question's reply is written for the reason
+        assert out["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
+        assert len(judge.calls) == 2 and out["decision"]["negated"]["answer"] == "Yes"
+
+
+def test_written_answers_that_agree_outweigh_scores_that_say_otherwise():
+    paper = fi.Answer(True, "It shows how to oil a hinge.", 0.5)
+    opposite = fi.Answer(False, "It teaches how to oil a hinge.", 1.5)  # No to "is it something else?"
+    out = fi.decide(paper, opposite)
+    assert out["label"] is True and out["decision"]["method"] == "both written answers agree, against the log-odds"
+    assert out["decision"]["score"] == pytest.approx(-0.5)
+
+
+@pytest.mark.parametrize("howto", [True, False])
+def test_answers_that_agree_decide_and_the_reason_is_the_papers_question(monkeypatch, howto):
+    out = classify(HOWTO if howto else VLOG, Truthful(howto), monkeypatch)
+    assert out["label"] is howto and out["decision"]["method"] == "both questions agree"
+    assert out["reason"] == out["decision"]["paper"]["explanation"]
+    assert set(out) == {"label", "reason", "model", "decision"}
+
+
+@pytest.mark.parametrize("paper_yes, negated_yes, scores", list(itertools.product(
+    [True, False], [True, False], [None, (0.5, 2.0), (2.0, 0.5)])))
+def test_the_reason_is_always_an_explanation_that_argues_for_the_label(paper_yes, negated_yes, scores):
+    paper_odds, negated_odds = scores or (None, None)
+    paper = fi.Answer(paper_yes, "paper says " + ("how-to" if paper_yes else "not"), paper_odds)
+    other = fi.Answer(negated_yes, "opposite says " + ("not" if negated_yes else "how-to"), negated_odds)
+    out = fi.decide(paper, other)
+    argues = {paper.explanation: paper_yes, other.explanation: not negated_yes}  # explanation -> says how-to
+    assert argues[out["reason"]] is out["label"]
+
+
+def test_the_opposite_question_has_the_papers_examples_with_their_answers_flipped():
+    def turns(name: str) -> list[tuple[str, str]]:
+        rendered = load_prompt(name, None, ("title", "transcript")).render(title="t", transcript="x")
+        return [(m["role"], m["content"]) for m in rendered[1:]]
+
+    paper, opposite = turns("filter_instructional"), turns("filter_instructional_negated")
+    assert [r for r, _ in paper] == [r for r, _ in opposite]
+    for (role, said), (_, flipped) in zip(paper, opposite):
+        if role == "user":
+            assert said == flipped
+        else:
+            a, b = json.loads(said), json.loads(flipped)
+            assert a["explanation"] == b["explanation"] and {a["answer"], b["answer"]} == {"Yes", "No"}
+    assert list(json.loads(opposite[1][1])) == ["explanation", "answer"]  # the explanation first, as the paper's
+
+
+def test_a_bad_ask_is_refused_before_any_record():
+    with pytest.raises(ValueError, match="--ask must be one of both, paper"):
+        fi.FilterConfig(llm=SMOL, ask="twice")
