@@ -16,6 +16,7 @@ Neither shares a transcript with the prompt's worked examples.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -32,18 +33,25 @@ def reason_says_no(reason: str) -> bool:
     return bool(NOT_HOWTO.search(lowered)) or "not instructional" in lowered or "not a demonstration" in lowered
 
 
-def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None = None) -> dict:
+def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None = None, interleave: bool = False,
+        save: Path | None = None) -> dict:
     from vi.core.models.catalog import DEFAULT_LLM
     from vi.pipelines.showhowto import filter_instructional as fi
 
     config = fi.FilterConfig(llm=llm or DEFAULT_LLM, ask=ask, threads=threads)
     rows = []
-    for line in SETS[which].read_text().splitlines():
-        item = json.loads(line)
+    items = [json.loads(line) for line in SETS[which].read_text().splitlines()]
+    if interleave:  # kinds in turn (how-to, news, review, talk, vlog, how-to, ...): a run cut short is still a mix
+        by_kind = {k: [i for i in items if i["kind"] == k] for k in sorted({i["kind"] for i in items})}
+        items = [i for turn in itertools.zip_longest(*by_kind.values()) for i in turn if i is not None]
+    for item in items:
         record = {"id": item["id"], "title": item["title"],
                   "transcript": {"segments": [{"start": 0.0, "end": 60.0, "text": item["text"]}]}}
         got = fi.classify(record, config)["instructional"]
         print(f"{item['id']}: {got['label']} ({(got.get('decision') or {}).get('method')})", file=sys.stderr, flush=True)
+        if save is not None:  # each row as it comes: a run cut short keeps what it measured
+            with save.open("a") as out:
+                out.write(json.dumps({"id": item["id"], "kind": item["kind"], "truth": item["truth"], **got}) + "\n")
         agrees = got["label"] != reason_says_no(got["reason"]) if got["label"] else True
         decision = got.get("decision") or {}
         rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
@@ -69,8 +77,10 @@ def main() -> None:
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the cores, at most 8)")
+    parser.add_argument("--interleave", action="store_true", help="take the kinds in turn, not in file order")
+    parser.add_argument("--save", type=Path, default=None, help="append each transcript's record to this JSONL file")
     args = parser.parse_args()
-    print(json.dumps(run(args.llm, args.set, args.ask, args.threads), indent=1))
+    print(json.dumps(run(args.llm, args.set, args.ask, args.threads, args.interleave, args.save), indent=1))
 
 
 if __name__ == "__main__":
