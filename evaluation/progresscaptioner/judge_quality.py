@@ -1,7 +1,8 @@
 """`vi judge progression`'s judges on ProgressCaptioner-7B's own captions of the FrameCapEval sequences.
 
     python -m vi.evaluation.progresscaptioner.judge_quality [--llm smollm2-135m] [--llm qwen2.5-coder-1.5b]
-        [--prompt pseudo] [--prompt eval] [--limit N] [--seed 0] [--threads N] [--answers FILE] [--json]
+        [--prompt pseudo] [--prompt eval] [--debias none,calibrated] [--limit N] [--seed 0] [--threads N]
+        [--answers FILE] [--json]
 
 The 141 sequences shipped with the release (../shared/data/progcaptioner/output/{coin,htc}_valhs_seq.json:
 84 COIN, 57 HowToChange, 3 to 6 frames) carry the model's reply `response0`; each is parsed with
@@ -15,6 +16,10 @@ two LLMs on the same pairs: raw agreement of the letters and Cohen's kappa (scik
 discounts the agreement two judges with those answer distributions would reach by chance. There are no
 ground-truth labels in the release, so this measures consistency, not accuracy. --limit N judges a
 seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead of all 141.
+
+--debias (default none, the paper's single ask) judges as `vi judge progression --debias` does: the letter
+is the stage's decision (both orders, calibrated, the embedder for the undecided), kept in --answers with its
+verdict, and the tables name it "PROMPT --debias DEBIAS".
 
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
@@ -63,36 +68,57 @@ def adjacent_pairs(sequences: list[dict]) -> list[dict]:
 
 
 def load_answers(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int], str]]:
-    """{(llm, prompt): {(pair id, first frame): letter}} from an --answers file; empty when there is none."""
+    """{(llm, prompt): {(pair id, first frame): letter}} from an --answers file; empty when there is none.
+    A letter decided with --debias other than none is under (llm, "PROMPT --debias DEBIAS")."""
     known: dict[tuple[str, str], dict[tuple[str, int], str]] = {}
     if path is None or not path.exists():
         return known
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
-            known.setdefault((row["llm"], row["prompt"]), {})[row["id"], row["frames"][0]] = row["answer"]
+            known.setdefault((row["llm"], prompt_key(row["prompt"], row.get("debias", "none"))), {})[
+                row["id"], row["frames"][0]] = redecided(row) if "verdict" in row else row["answer"]
         except (ValueError, KeyError, TypeError, IndexError):
             continue  # a line cut by a kill: that pair is judged again
     return known
 
 
+def redecided(row: dict) -> str:
+    """A debiased row's letter, decided again from its verdict's evidence by today's `decide` (so a kept
+    file follows a changed --same-state default without judging again)."""
+    from vi.pipelines.progresscaptioner.judge_progression import SAME_STATE, decide
+
+    verdict = row["verdict"]
+    evidence = {**verdict, "method": verdict["method"].split("+")[0]}
+    return decide(evidence, row["prompt"], SAME_STATE if "similarity" in verdict else None)["letter"]
+
+
+def prompt_key(prompt: str, debias: str) -> str:
+    """How a prompt's letters are named in the tables: "eval", or "eval --debias calibrated"."""
+    return prompt if debias == "none" else f"{prompt} --debias {debias}"
+
+
 def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: int | None, seed: int,
-              answers: Path | None = None
+              answers: Path | None = None, debias: str = "none"
               ) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], float]]:
     """Letters per (llm, prompt), in pair order, and the seconds per newly judged pair. With `answers`,
-    letters already there are reused and each new one is appended as soon as it is given."""
+    letters already there are reused and each new one is appended as soon as it is given. With `debias`
+    other than none the letter is the stage's decision (`PairJudge.verdict`, the default embedder and
+    threshold), kept with its verdict and named `prompt_key(prompt, debias)`."""
     from vi.core.models.chat import LLMSettings, load_llm
     from vi.core.seeding import record_seed
-    from vi.pipelines.progresscaptioner.judge_progression import judge_pair
+    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE, PairJudge,
+                                                                  judge_pair, load_embedder)
 
     known = load_answers(answers)
     sink = answers.open("a", encoding="utf-8") if answers else None
-    letters, seconds = {}, {}
+    letters, seconds, judges = {}, {}, {}
     try:
         for ref in llms:
             llm = None
             for prompt in prompts:
-                done = known.get((ref, prompt), {})
+                name = prompt_key(prompt, debias)
+                done = known.get((ref, name), {})
                 start, got, new = time.perf_counter(), [], 0
                 for pair in pairs:
                     key = (pair["id"], pair["frames"][0])
@@ -101,19 +127,37 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                         continue
                     # loaded only when something is left to judge, so a finished run reports at once
                     llm = llm or load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
-                    letter = judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
-                                        seed=record_seed(seed, pair["id"]) % 2**32)
+                    pair_seed = record_seed(seed, pair["id"]) % 2**32
+                    row = {"id": pair["id"], "frames": pair["frames"], "llm": ref, "prompt": prompt}
+                    if debias == "none":
+                        letter = judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
+                                            seed=pair_seed)
+                    else:
+                        judge = judges.setdefault((ref, prompt), PairJudge(
+                            llm, prompt=prompt, debias=debias, embedder=load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"),
+                            same_state=SAME_STATE))
+                        asked_once = known.get((ref, prompt), {}).get(key)
+                        if debias == "orders" and asked_once:
+                            # the paper's order was asked as the stage asks it (same prompt, seed and context):
+                            # only the swapped order is asked now
+                            verdict = judge.verdict_from(judge.orders_evidence(
+                                pair["desc1"], pair["desc2"], action=pair["action"], seed=pair_seed,
+                                paper=asked_once), )
+                        else:
+                            verdict = judge.verdict(pair["desc1"], pair["desc2"], action=pair["action"],
+                                                    seed=pair_seed)
+                        letter = verdict["letter"]
+                        row.update(debias=debias, verdict=verdict)
                     got.append(letter)
                     new += 1
                     if sink:
-                        sink.write(json.dumps({"id": pair["id"], "frames": pair["frames"], "llm": ref,
-                                               "prompt": prompt, "answer": letter}) + "\n")
+                        sink.write(json.dumps({**row, "answer": letter}) + "\n")
                         sink.flush()
-                    if new % 50 == 0:
-                        print(f"  {ref} {prompt}: {len(got)}/{len(pairs)} pairs, "
+                    if new % 10 == 0:
+                        print(f"  {ref} {name}: {len(got)}/{len(pairs)} pairs, "
                               f"{(time.perf_counter() - start) / new:.2f} s/pair", file=sys.stderr)
-                letters[ref, prompt] = got
-                seconds[ref, prompt] = (time.perf_counter() - start) / new if new else None
+                letters[ref, name] = got
+                seconds[ref, name] = (time.perf_counter() - start) / new if new else None
     finally:
         if sink:
             sink.close()
@@ -187,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp CPU threads")
     parser.add_argument("--answers", type=Path, help="keep every letter here (JSONL, appended as given); "
                         "a rerun with the same file judges only the pairs it lacks")
+    parser.add_argument("--debias", default="none", help="vi judge progression's --debias, comma-separated "
+                        "(none: the paper's single ask; none,calibrated: both, the second as the stage decides)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
@@ -196,8 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     sequences = load_sequences(args.data)
     chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
     pairs = adjacent_pairs(chosen)
-    letters, seconds = judge_all(pairs, llms, prompts, args.threads, args.seed, args.answers)
-    result = report(sequences if args.limit is None else chosen, pairs, letters, seconds, llms, prompts)
+    letters, seconds, names = {}, {}, []
+    for debias in args.debias.split(","):
+        got, pace = judge_all(pairs, llms, prompts, args.threads, args.seed, args.answers, debias)
+        letters.update(got)
+        seconds.update(pace)
+        names += [prompt_key(prompt, debias) for prompt in prompts]
+    result = report(sequences if args.limit is None else chosen, pairs, letters, seconds, llms, names)
+    result["debias"] = args.debias
     result["limit"] = args.limit
     print_tables(result)
     if args.json:

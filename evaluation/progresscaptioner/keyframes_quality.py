@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
-        [--captioner offline] [--draws 200] [--threads N] [--json FILE]
+        [--debias none,calibrated] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -14,7 +14,7 @@ person to judge; and the letter distribution over those sequences.
 samples: `samples.make_progress_sequences` (2-6 frames, each a jittered photo of its stage; adjacent frames of
 one stage are the no-progression pairs), the "measure" split only. Frames are captioned by vi caption-frames'
 library (--captioner, window 2 with both captions kept, the paper's windows), then per method:
-- progress (per judge LLM), uniform (per judge: as many frames as that judge's progress run kept on the
+- progress (per judge LLM and --debias), uniform (per judge: as many frames as that judge's progress run kept on the
   record, the stage's own default), kmeans (efficientnet-lite0 features, K by silhouette; its own count);
 - change precision / recall: a kept frame t > 0 predicts "a new stage starts at t"; the truth is every t
   whose stage differs from t-1's (pooled over sequences). Frame 0 is kept by progress and uniform alike and
@@ -171,14 +171,17 @@ def run_samples(args, console: Console) -> dict:
         rows[name] = {**scores(kept, stages), "chance": chance(kept, stages, args.draws, args.seed), **extra}
 
     for model in args.models:
-        config, llm = judge_config(model, args.threads)
-        start = time.time()
-        outs = [kf.keyframes(r, config, llm) for r in records]
-        letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
-        kept = [[k["index"] for k in o["keyframes"]] for o in outs]
-        add(f"progress ({model})", kept, letters=dict(letters), seconds=round(time.time() - start, 1))
-        add(f"uniform (count of {model})",
-            [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)])
+        for debias in args.debias:
+            config, llm = judge_config(model, args.threads, debias=debias)
+            start = time.time()
+            outs = [kf.keyframes(r, config, llm) for r in records]
+            letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
+            methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
+            kept = [[k["index"] for k in o["keyframes"]] for o in outs]
+            add(f"progress ({model}, --debias {debias})", kept, letters=dict(letters), methods=dict(methods),
+                seconds=round(time.time() - start, 1))
+            add(f"uniform (count of {model}, --debias {debias})",
+                [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)])
     kmeans = kf.KeyframesConfig(method="kmeans", image_model=DEFAULT_IMAGE_CLASSIFIER, device="cpu", seed=args.seed)
     add("kmeans (efficientnet-lite0)", [[k["index"] for k in kf.keyframes(r, kmeans)["keyframes"]] for r in records])
     add("all frames", [list(range(len(plan))) for plan in stages])
@@ -199,7 +202,8 @@ def run_samples(args, console: Console) -> dict:
     console.print(table)
     for name, row in rows.items():
         if "letters" in row:
-            console.print(f"{name}: letters {row['letters']}, {row['seconds']}s", highlight=False)
+            console.print(f"{name}: letters {row['letters']} (decided by {row['methods']}), {row['seconds']}s",
+                          highlight=False)
     return {"sequences": len(records), "captioner": captioner.model, "rows": rows, "out": str(out_dir)}
 
 
@@ -207,6 +211,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("real", "samples"))
     parser.add_argument("--models", default=DEFAULT_MODELS)
+    parser.add_argument("--debias", default="calibrated", help="samples: the judges' --debias, comma-separated "
+                        "(none,calibrated: the paper's single ask beside the default)")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")
@@ -217,6 +223,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.models = [m for m in args.models.split(",") if m]
+    args.debias = [d for d in args.debias.split(",") if d]
     console = Console(width=150)
     result = run_real(args, console) if args.what == "real" else run_samples(args, console)
     if args.json:

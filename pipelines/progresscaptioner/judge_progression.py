@@ -15,12 +15,17 @@ probabilities where they were scored, the captions' similarity and how the answe
 - none: the paper's prompt asked once, the letter as it is (the paper's behaviour);
 - orders: asked twice, the paper's prompt and the same prompt with the meanings of A and B swapped; the two
   letters agree: that answer; they disagree (a letter the model prefers whatever the content): uncertain;
-- calibrated (the default): on llama.cpp the letters of both orders are scored by likelihood and calibrated
-  (contextual calibration: divided by the letter probabilities the same prompt gives content-free captions
-  "N/A"), then combined as under orders; a backend without likelihoods (openai:, transformers:) gets orders.
-Under orders and calibrated, a pair the orders leave undecided goes to --embedder (minilm-l6): captions at
-least --same-state alike show the same state (no change), less alike a change. The judge's letter in
-`answers` is the paper's letter for the decision (eval A progressed, B not, C uncertain).
+- calibrated: on llama.cpp the letters of both orders are scored by likelihood and calibrated (contextual
+  calibration: divided by the letter probabilities the same prompt gives content-free captions "N/A"), then
+  combined as under orders; a backend without likelihoods (openai:, transformers:) gets orders.
+orders is the default: on the tune pairs (evaluation/progresscaptioner/RESULTS.md) qwen2.5-coder-1.5b leans
+to the answer "progressed", not to a letter, and its content-free letters are near even, so calibration
+moved little and cost a content-free ask per action.
+Under orders and calibrated, --embedder (minilm-l6) is the second signal, one that does not share the LLM's
+leaning to "progressed": captions at least --same-state alike show the same state (no change) whatever the
+orders said; the orders agreeing on "no change" stands; the rest (their "change", and the pairs they leave
+undecided) is a change. The judge's letter in `answers` is the paper's letter for the decision (eval A
+progressed, B not, C uncertain).
 
 Votes, per pair (the paper: "the majority vote across all LLMs' judgements of all K caption pairs"):
 - consensus: the letter most frequent among every judge's answer on every captioner's pair; a tie for
@@ -141,12 +146,12 @@ def majority(letters: list[str]) -> str | None:
 #   are scored, not sampled, and each letter's probability is divided by the one the same prompt gives
 #   content-free captions ("N/A"), which is the preference the captions did not cause;
 # - a sentence embedder (minilm-l6): two captions of one state, reworded, are near each other whatever an
-#   LLM prefers; it decides the pairs where the two orders disagree.
+#   LLM prefers; captions this alike are the same state, and it decides the pairs the orders leave open.
 
-DEBIAS = ("calibrated", "orders", "none")
+DEBIAS = ("orders", "calibrated", "none")
 ORDERS = ("paper", "swapped")
 CONTENT_FREE = "N/A"
-SAME_STATE = 0.8  # --same-state's default: read off the tune split (evaluation/progresscaptioner/judge_heldout.py)
+SAME_STATE = 0.75  # --same-state: on the tune pairs, changes were below 0.73 and rewordings the LLM called a change above 0.78
 REPLY_PREFIX = '{"answer": "'  # how the constrained reply starts; the letter is scored after it
 CHANGE_BY_ORDER = {"paper": CHANGE, "swapped": {"pseudo": {"A": True, "B": False}, "eval": {"A": False, "B": True}}}
 
@@ -193,10 +198,14 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
     {change, letter (the paper's letter for it), method, decision (why, in words)}.
 
     - none: the paper's one letter, as it is;
-    - orders (letters of both orders): their common answer; where they disagree, C;
-    - calibrated (likelihoods of both orders): each order's letters calibrated, then their common answer;
-    then, under orders and calibrated alike, a pair the orders left uncertain is decided by the embedder when
-    there is one: similarity >= `same_state` says the same state, below it a change."""
+    - orders (letters of both orders) and calibrated (likelihoods of both orders, each order's letters
+      calibrated): the orders agree: their answer; they disagree, or one is C: undecided;
+    - then, with an embedder (`similarity`), captions at least `same_state` alike show the same state: no
+      change, whatever the orders said; the orders agreeing on "no change" is believed whatever the
+      similarity; the rest (the orders' "change", and what they left undecided) is a change. The embedder
+      outweighs the orders' "change" because that is the answer a small judge gives too often: on the tune
+      pairs it agreed on "progressed" in both orders for rewordings too.
+    Without an embedder, undecided stays uncertain (C)."""
     method = evidence["method"]
     if method == "none":
         change = letter_to_change(evidence["letters"]["paper"], prompt)
@@ -208,19 +217,19 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
     else:
         letters = evidence["letters"]
         how = "letters of both orders"
-    changes = {order: order_change(letters[order], prompt, order) for order in ORDERS}
-    change = combine_orders(changes)
-    if change is not None:
-        return {"change": change, "letter": paper_letter(change, prompt), "method": method,
-                "decision": f"{how} agree: {'change' if change else 'no change'}"}
+    orders = combine_orders({order: order_change(letters[order], prompt, order) for order in ORDERS})
+    said = {True: f"{how} agree: change", False: f"{how} agree: no change", None: f"{how} disagree"}[orders]
     similarity = evidence.get("similarity")
     if similarity is None or same_state is None:
-        return {"change": None, "letter": "C", "method": method,
-                "decision": f"{how} disagree: uncertain"}
-    change = similarity < same_state
+        return {"change": orders, "letter": paper_letter(orders, prompt), "method": method,
+                "decision": said if orders is not None else f"{said}: uncertain"}
+    alike = similarity >= same_state
+    change = orders is not False and not alike
+    because = (f"caption similarity {similarity:.3f} >= {same_state}: same state" if alike else
+               "no change" if orders is False else
+               f"caption similarity {similarity:.3f} < {same_state}: change")
     return {"change": change, "letter": paper_letter(change, prompt), "method": f"{method}+embedder",
-            "decision": f"{how} disagree; caption similarity {similarity:.3f} "
-                        f"{'<' if change else '>='} {same_state}: {'change' if change else 'same state'}"}
+            "decision": f"{said}; {because}"}
 
 
 @dataclass
@@ -230,7 +239,7 @@ class PairJudge:
 
     llm: ChatBackend
     prompt: str = "pseudo"
-    debias: str = "calibrated"
+    debias: str = "orders"
     templates: dict[str, ChatPrompt] | None = None  # order -> prompt; default the packaged ones
     embedder: object | None = None  # encode(list[str]) -> unit vectors (core.models.text_embedding)
     same_state: float | None = None
@@ -278,29 +287,38 @@ class PairJudge:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
             return {"method": "none", "letters": {"paper": letter}}
-        out: dict = {"method": "calibrated" if self.scores_letters else "orders"}
-        if self.scores_letters:
-            probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
-            free = {order: self.content_free(order, action, where) for order in ORDERS}
-            out["letters"] = {order: argmax_letter(probs[order]) for order in ORDERS}
-            out["probs"] = {order: _rounded(probs[order]) for order in ORDERS}
-            out["content_free"] = {order: _rounded(free[order]) for order in ORDERS}
-            out["calibrated"] = {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS}
-        else:
-            out["letters"] = {order: judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action,
-                                                seed=seed, template=self.templates[order],
-                                                where=f"{where}{order} order: ")
-                              for order in ORDERS}
-        if self.embedder is not None:
-            first, second = self.embedder.encode([one_line(desc1), one_line(desc2)])
-            out["similarity"] = round(float(np.dot(first, second)), 4)
-        return out
+        if not self.scores_letters:
+            return self.orders_evidence(desc1, desc2, action=action, seed=seed, where=where)
+        probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
+        free = {order: self.content_free(order, action, where) for order in ORDERS}
+        return {"method": "calibrated", "letters": {order: argmax_letter(probs[order]) for order in ORDERS},
+                "probs": {order: _rounded(probs[order]) for order in ORDERS},
+                "content_free": {order: _rounded(free[order]) for order in ORDERS},
+                "calibrated": {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS},
+                **self.similarity(desc1, desc2)}
 
-    def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
+    def orders_evidence(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0,
+                        where: str = "", paper: str | None = None) -> dict:
+        """The sampled letters of both orders (`paper`: the paper's order's letter, already asked the same way)."""
+        letters = {order: paper if order == "paper" and paper else
+                   judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
+                              template=self.templates[order], where=f"{where}{order} order: ")
+                   for order in ORDERS}
+        return {"method": "orders", "letters": letters, **self.similarity(desc1, desc2)}
+
+    def similarity(self, desc1: str, desc2: str) -> dict:
+        if self.embedder is None:
+            return {}
+        first, second = self.embedder.encode([one_line(desc1), one_line(desc2)])
+        return {"similarity": round(float(np.dot(first, second)), 4)}
+
+    def verdict_from(self, evidence: dict) -> dict:
         """The evidence and the decision made from it, in one dict (a pair's entry under `verdicts`)."""
-        evidence = self.evidence(desc1, desc2, action=action, seed=seed, where=where)
         return {**decide(evidence, self.prompt, self.same_state), **{k: v for k, v in evidence.items()
                                                                      if k != "method"}}
+
+    def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
+        return self.verdict_from(self.evidence(desc1, desc2, action=action, seed=seed, where=where))
 
 
 def _rounded(probs: dict[str, float]) -> dict[str, float]:
@@ -431,17 +449,17 @@ class ProgressionConfig:
         (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
         help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
              "named captions or captions_* that holds {items: [{frame, text}]}.")
-    debias: str = option("calibrated", help=(
-        "How a judge's letter is freed of the letter a small model prefers whatever the captions say. "
-        "calibrated: ask in both orders (the paper's prompt, and the same prompt with A and B swapped) and, "
-        "where the backend gives likelihoods (llama.cpp), score the letters and divide by those content-free "
-        "captions ('N/A') get; a backend without likelihoods (openai:, transformers:) gets orders. orders: "
-        "the letters of both orders, asked; they disagree: uncertain (C). none: the paper's prompt asked "
-        "once (the paper's behaviour). Pairs the orders leave uncertain go to --embedder."))
+    debias: str = option("orders", help=(
+        "How a judge's answer is freed of the one a small model gives whatever the captions say. orders: ask "
+        "in both orders (the paper's prompt, and the same prompt with A and B swapped); they disagree: "
+        "uncertain (C). calibrated: the same, the letters scored by likelihood where the backend gives them "
+        "(llama.cpp; others get orders) and divided by those content-free captions ('N/A') get. none: the "
+        "paper's prompt asked once (the paper's behaviour). Then --embedder has its say."))
     embedder: str = option(DEFAULT_TEXT_EMBEDDING, help=(
-        "A sentence embedder (`vi models`: minilm-l6, mpnet-base, or a sentence-transformers folder) that "
-        "decides the pairs the two orders disagree on: captions at least --same-state alike show the same "
-        "state. 'none': such pairs stay uncertain (C)."))
+        "A sentence embedder (`vi models`: minilm-l6, mpnet-base, or a sentence-transformers folder), the "
+        "second signal of --debias orders|calibrated: captions at least --same-state alike show the same "
+        "state whatever the judge said; the orders agreeing on no change stands; the rest is a change. "
+        "'none': the orders alone (they disagree: uncertain, C)."))
     same_state: float = option(SAME_STATE, min=-1.0, max=1.0, help=(
         "Cosine similarity of two captions at and above which --embedder says they show the same state."))
     swapped_prompt_file: Path | None = option(None, help=(

@@ -110,10 +110,12 @@ def test_always_a_is_corrected_by_the_embedder(monkeypatch):
     ("A", "B", None, True, "orders"),  # eval: A progressed, swapped B progressed: agree
     ("B", "A", None, False, "orders"),  # both say no progression
     ("A", "A", None, None, "orders"),  # a preferred letter: disagree, no embedder -> uncertain
-    ("B", "B", 0.9, False, "orders+embedder"),  # disagree, similar captions -> same state
-    ("B", "B", 0.5, True, "orders+embedder"),  # disagree, different captions -> change
+    ("B", "B", 0.9, False, "orders+embedder"),  # disagree, alike captions -> same state
+    ("B", "B", 0.5, True, "orders+embedder"),  # disagree, unalike captions -> change
     ("C", "B", 0.5, True, "orders+embedder"),  # one order uncertain: undecided, the embedder decides
     ("C", "C", None, None, "orders"),
+    ("A", "B", 0.9, False, "orders+embedder"),  # agree on progressed, but the captions say the same thing
+    ("B", "A", 0.5, False, "orders+embedder"),  # agree on no progression: stands, however unalike
 ])
 def test_combination_of_the_orders(paper, swapped, similarity, change, method):
     evidence = {"method": "orders", "letters": {"paper": paper, "swapped": swapped}}
@@ -146,7 +148,7 @@ def test_scored_judge_calibrated_in_both_orders():
     judge = ScoredJudge(paper={"A": .7, "B": .2, "C": .1}, swapped={"A": .9, "B": .05, "C": .05},
                         free_paper={"A": .8, "B": .1, "C": .1}, free_swapped={"A": .8, "B": .1, "C": .1})
     texts = ["A whole lemon on a board.", "A whole lemon lies on the board.", "Another view of the lemon."]
-    out = jp.judge_record(record(texts), config(embedder="none"), [("j", judge)])["progression"]
+    out = jp.judge_record(record(texts), config(debias="calibrated", embedder="none"), [("j", judge)])["progression"]
     verdict = out["pairs"][0]["verdicts"]["captions"]["j"]
     assert verdict["method"] == "calibrated" and verdict["change"] is False and verdict["letter"] == "B"
     assert verdict["letters"] == {"paper": "A", "swapped": "A"}  # what the model preferred, raw, kept
@@ -188,7 +190,7 @@ def test_keyframes_follow_the_debiased_decision(monkeypatch):
     out = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), AlwaysSays("A"))
     assert [k["index"] for k in out["keyframes"]] == [0, 1]  # the always-A judge alone would keep all three
     method = out["keyframes_method"]
-    assert method["debias"] == "calibrated" and method["answers"] == ["A", "B"]
+    assert method["debias"] == "orders" and method["answers"] == ["A", "B"]
     assert [v["letters"]["paper"] for v in method["verdicts"]] == ["A", "A"]
     old = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL, debias="none"), AlwaysSays("A"))
     assert [k["index"] for k in old["keyframes"]] == [0, 1, 2]
