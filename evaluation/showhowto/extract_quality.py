@@ -179,7 +179,7 @@ def report(llm: str, rows: list[dict], cooker: dict | None) -> str:
                      + (f"  ({r['error']})" if r["error"] else ""))
     howto = [r for r in rows if r["true"]]
     n_true, n_steps = sum(r["true"] for r in howto), sum(r["steps"] for r in howto)
-    for threshold in (0.3, 0.5):
+    for threshold in (0.3, 0.5) if n_true else ():
         found = sum(round(r[f"recall@{threshold}"] * r["true"]) for r in howto)
         lines.append(f"how-to overall @IoU {threshold}: recall {found}/{n_true} = {found / n_true:.2f}, "
                      f"precision {found}/{n_steps} = {found / max(1, n_steps):.2f}")
@@ -251,7 +251,14 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
         if progress is not None:  # each row as soon as it is measured: a long run cut short keeps them
             with progress.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(row) + "\n")
-    return rows, pressure_cooker(config) if with_cooker else None
+    cooker = pressure_cooker(config) if with_cooker else None
+    if cooker is not None:
+        print(f"  {llm} pressure cooker: by line {cooker['line_found']}/{cooker['line_true']} found, "
+              f"{cooker['line_on_step']}/{cooker['line_steps']} on a step", file=sys.stderr, flush=True)
+        if progress is not None:
+            with progress.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(cooker | {"id": "pressure_cooker", "use": "real"}) + "\n")
+    return rows, cooker
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -15,11 +15,11 @@ narration's 20 lines as the truth does; it still labels some new actions MORE, s
 on other narrations (python -m vi.evaluation.showhowto.extract_quality --segmentation labels).
 
 How the labels are read depends on the backend:
-- in process (llama.cpp): the examples and the lines so far are plain text (no chat template,
-  as in the few-shot papers), and the label is the likeliest of the three after "[n] text ->";
-  the model's own choice is appended before the next line, and llama.cpp keeps the cache of the
-  text shared with the previous line, so a line costs its own tokens only (the cache is reset
-  at each record, so a record's labels do not depend on the one before);
+- in process (llama.cpp): the examples, at most LABEL_WINDOW lines before the line with the
+  model's own labels, and the line are plain text (no chat template, as in the few-shot papers),
+  and the label is the likeliest of the three after "[n] text ->" (labels_from_scores says why
+  the window); llama.cpp keeps the cache of the examples, so a line costs the window's tokens
+  (the cache is reset at each record, so a record's labels do not depend on the one before);
 - a server or transformers: one chat request with the same examples, the reply constrained to
   `{"labels": [one label per line]}`.
 """
@@ -79,9 +79,9 @@ def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: li
     labels made the next TALK likelier whatever the line said. A bounded window caps how much of
     its own past the model reads. With `calibrate`, a line's scores are also divided by those of a
     content-free line (CONTENT_FREE) in the same place (contextual calibration, Zhao et al. 2021);
-    off by default: "N/A" reads as talk to the model, so dividing by it called 40 of the pressure
-    cooker's 47 lines STEP, its outro's thanks among them (the window alone: the greeting and both
-    outros TALK, the 15 minutes and "pop them out" not).
+    off by default: "N/A" reads as talk to the model, so dividing by it called 33 of the pressure
+    cooker's 47 lines STEP, 18 of its 32 talk lines among them (the window alone: none of its 15
+    action lines TALK, the greeting and both outros TALK, the talk in the middle MORE).
     """
     prefix, out = label_examples() + video_header(title), []
     for n, line in enumerate(texts, 1):
