@@ -208,11 +208,11 @@ def print_tables(result: dict) -> None:
     print(f"parsed {p['sequences']} replies: {p['clean']} clean, {p['with_repairs']} repaired, "
           f"{p['frames_missing']} of {p['frames']} frames missing; {result['pairs']} adjacent pairs "
           f"{result['pairs_by_source']}", file=sys.stderr)
-    print(f"{'judge, prompt':<34} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}", file=sys.stderr)
+    print(f"{'judge, prompt':<48} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}", file=sys.stderr)
     for name, row in result["distribution"].items():
         c = row["counts"]
         pace = "-" if row["seconds_per_pair"] is None else f"{row['seconds_per_pair']:.2f}"
-        print(f"{name:<34} {c['A']:>5} {c['B']:>5} {c['C']:>5} {pace:>7}", file=sys.stderr)
+        print(f"{name:<48} {c['A']:>5} {c['B']:>5} {c['C']:>5} {pace:>7}", file=sys.stderr)
     for prompt, rows in result["agreement"].items():
         for name, row in rows.items():
             print(f"{prompt}: {name}: raw agreement {row['raw']}, Cohen's kappa {row['kappa']}", file=sys.stderr)
