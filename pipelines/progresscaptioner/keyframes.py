@@ -13,9 +13,11 @@ the number of keyframes follows the content. Here (`--method progress`):
 - the judge is the paper's evaluation prompt ("Action Progression ... e.g. more of the task has been
   completed", with the record's action): keyframes should show the task advancing, and this prompt is the
   one that says a change of viewpoint or hand position is no progression, which the pseudo-labelling prompt
-  ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the letter goes
-  through `letter_to_change` and only a positive answer (eval A, pseudo B) keeps a frame: C (uncertain)
-  does not.
+  ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the
+  judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default both
+  orders, then the --embedder's say on captions at least --same-state alike), and only a decided change
+  keeps a frame: uncertain does not. A small judge answers "progressed" to nearly every pair (issue 38);
+  asked once, it kept about as many redundant frames as random frames would.
 
 `--method uniform`: N frames evenly spaced over the sequence (first and last included), N = --count, else
 the count of a progress run already in the record (`keyframes` with method progress), else 4.
