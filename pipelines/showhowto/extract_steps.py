@@ -59,8 +59,8 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
-from vi.pipelines.showhowto.step_citations import (COPY_SHARE, cited_steps, copied_steps, copies_talk, drop_talk,
-                                                   fold_copies, line_number)
+from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
+                                                   drop_talk, fold_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
 
 STAGE = "extract-steps"
@@ -308,6 +308,11 @@ class RecordPlan:
     def texts(self) -> list[str]:
         return [s.text for s in self.segments]
 
+    @property
+    def names(self) -> SegmentNames:
+        """How messages name a line: by its index in transcript.segments, as steps.items[].lines."""
+        return SegmentNames(self.indices)
+
     def each_chunk(self, seed: int) -> Iterator[tuple[int, Chunk, int, int]]:
         """(n, chunk, its first line's number, its request seed) for each chunk, in order."""
         for n, (chunk, first) in enumerate(zip(self.chunks, self.firsts)):
@@ -353,7 +358,7 @@ def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: 
                           max_tokens=config.max_new_tokens, seed=seed)
     chunk_title, steps = parse_reply(reply.text, plan.record_id)
     if config.grounds_by_text and shown is not None:
-        steps = ground_chunk(config, chunk, first, steps, shown, notes if notes is not None else [])
+        steps = ground_chunk(config, chunk, first, steps, shown, notes if notes is not None else [], plan.names)
     return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
 
 
@@ -370,7 +375,7 @@ def talk_probability(mark: dict) -> float:
 
 
 def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[Any], shown: list[dict],
-                 notes: list[str]) -> list[Any]:
+                 notes: list[str], names: SegmentNames = SegmentNames()) -> list[Any]:
     """The chunk's steps, each on the lines its text is said on (step_grounding.py): the steps in
     the model's order, its citation and the labels' P(TALK) as priors. Grounded steps are marked
     `fixed_lines` (cited_steps does not move them again); a step with no text is left for
@@ -396,8 +401,9 @@ def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[An
         step, a, b = steps[k], first + place.first - 1, first + place.last - 1
         was = (line_number(step.get("first_line")), line_number(step.get("last_line")))
         if was != (a, b):
-            notes.append(f"step {texts[usable.index(k)]!r}: cited lines {was[0]}-{was[1]}, said on lines "
-                         f"{a}-{b} (similarity {place.similarity:.2f})")
+            cited_as = names(*was) if None not in was else "no line"
+            notes.append(f"step {texts[usable.index(k)]!r}: cited {cited_as}, said on {names(a, b)} "
+                         f"(similarity {place.similarity:.2f})")
         out[k] = {**step, "first_line": a, "last_line": b, "fixed_lines": True}
     return out
 
@@ -522,7 +528,7 @@ def model_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
         chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed)
         titles.append(chunk_title)
         raw += steps
-    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts)
+    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts, plan.names)
     return steps_output(record, config, plan, titles, cited, repairs, {})
 
 
@@ -536,7 +542,7 @@ def labelled_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         titles.append(chunk_title)
         raw += steps
     refuse_all_talk(plan.record_id, labels)
-    cited, repairs = cited_steps(raw, len(plan.segments), None)
+    cited, repairs = cited_steps(raw, len(plan.segments), None, plan.names)
     return steps_output(record, config, plan, titles, cited, repairs, labels)
 
 
@@ -564,20 +570,20 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
             notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines were "
                          "narration lines copied word for word, talk among its steps too (it listed the "
                          "lines): copies of lines labelled MORE are folded into the step before")
-            steps = fold_copies(sorted(steps, key=step_order), chunk_labels, plan.texts, notes)
+            steps = fold_copies(sorted(steps, key=step_order), chunk_labels, plan.texts, notes, plan.names)
         missed = [(a, b) for a, b in missed_runs(labelled_runs(chunk, first, shown), steps, chunk_labels)
                   if step_probability(shown[a - first]) >= STEP_SURE]
         if missed:
             _, written = write_labelled_steps(plan, config, chunk, first, shown, seed, missed)
-            notes += [f"lines {a}-{b}: labelled a step that none of the model's steps is on; written "
+            notes += [f"{plan.names(a, b)}: labelled a step that none of the model's steps is on; written "
                       "from what was said there" for a, b in missed]
             steps = sorted(steps + written, key=step_order)  # in place, not a reordering to report
         titles.append(chunk_title)
         raw += steps
     refuse_all_talk(plan.record_id, labels)
-    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts)
+    cited, repairs = cited_steps(raw, len(plan.segments), plan.texts, plan.names)
     repairs[:0] = notes
-    kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs)
+    kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs, plan.names)
     if cited and not kept:
         raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
                           "labelled TALK (a greeting, an aside, an opinion...): the video teaches no "
@@ -608,7 +614,8 @@ EXTRACT_STEPS = RecordStage(
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
            "grounding, chunks, repairs, line_labels}: each step's first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
-           "lines' ([cyan]lines[/cyan]: their indices in transcript.segments); in temporal order; "
+           "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
+           "alike); in temporal order; "
            "[cyan]line_labels[/cyan] gives each segment's "
            "STEP/MORE/TALK label (null: not speech); [cyan]repairs[/cyan] lists what was fixed in "
            "the model's reply.",

@@ -9,6 +9,8 @@ itself as steps. These pure functions repair what can be repaired and say what t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -18,6 +20,28 @@ from vi.core.records import finite_number
 def line_number(value: Any) -> int | None:
     number = finite_number(value)
     return int(number) if number is not None and number == int(number) else None
+
+
+@dataclass(frozen=True)
+class SegmentNames:
+    """How a message names the model's line n: "segment i", i its index in transcript.segments, the
+    number `steps.items[].lines` holds (0-based; docs/records.md). The model cites the speech lines
+    numbered from 1 as its prompt shows them, and a transcript with a [Music] segment shifts the two
+    apart, so the index comes from the lines' own indices, not n - 1. Only a citation outside the
+    prompt is said in the prompt's numbers ("prompt lines"): it names no segment."""
+
+    indices: Sequence[int] | None = None  # line n is segment indices[n - 1]; None: every segment is speech
+
+    def index(self, line: int) -> int:
+        return self.indices[line - 1] if self.indices is not None else line - 1
+
+    def __call__(self, first: int, last: int | None = None) -> str:
+        last = first if last is None else last
+        if self.indices is not None and not (1 <= first <= len(self.indices) and 1 <= last <= len(self.indices)):
+            return f"prompt lines {first}-{last}"  # a number the model typed outside its prompt
+        if last == first:
+            return f"segment {self.index(first)}"
+        return f"segments {self.index(first)}-{self.index(last)}"
 
 
 # Words that say nothing about which line a step comes from.
@@ -61,11 +85,11 @@ def snap_to_lines(first: int, last: int, text: str, texts: list[str]) -> tuple[i
     return where if best >= cited + SNAP_MARGIN else (first, last)
 
 
-def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
+def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None, names: SegmentNames = SegmentNames()
                 ) -> tuple[list[tuple[int, int, str]], list[str]]:
     """The model's steps as (first line, last line, text), lines numbered 1..`count`: checked,
     moved onto the lines their words come from (`texts`, the lines' text, when given), in
-    order, without overlaps or repeats: (steps, repairs made)."""
+    order, without overlaps or repeats: (steps, repairs made, naming segments by `names`)."""
     cited, repairs = [], []
     for i, step in enumerate(raw, 1):
         step = step if isinstance(step, dict) else {}
@@ -84,17 +108,17 @@ def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
             first, last = last, first
             repairs.append(f"step {i}: first line after last line, swapped")
         if last < 1 or first > count:
-            repairs.append(f"step {i}: cites lines {first}-{last}, outside the transcript's "
-                           f"1-{count}, dropped")
+            repairs.append(f"step {i}: cites prompt lines {first}-{last}, outside the {count} "
+                           "lines numbered from 1 in its prompt, dropped")
             continue
         if first < 1 or last > count:
             first, last = max(first, 1), min(last, count)
-            repairs.append(f"step {i}: cited lines cut to the transcript's 1-{count}")
+            repairs.append(f"step {i}: citation cut to the prompt's lines 1-{count}, {names(first, last)}")
         if texts is not None and not step.get("fixed_lines"):
             moved = snap_to_lines(first, last, text, texts)
             if moved != (first, last):
-                repairs.append(f"step {i}: cited lines {first}-{last}, moved to {moved[0]}-{moved[1]}, "
-                               "the lines its words come from")
+                repairs.append(f"step {i}: cited {names(first, last)}, moved to {names(*moved)}, "
+                               "where its words come from")
                 first, last = moved
         cited.append((first, last, text))
     ordered = sorted(cited, key=lambda c: (c[0], c[1]))
@@ -107,8 +131,8 @@ def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None
             repairs.append(f"repeated step {text!r} merged")
             continue
         if steps and first < steps[-1][1]:  # two steps may share one line, no more
-            repairs.append(f"step {steps[-1][2]!r} (lines {steps[-1][0]}-{steps[-1][1]}) overlapped "
-                           f"the next one; cut to end at line {max(steps[-1][0], first)}")
+            repairs.append(f"step {steps[-1][2]!r} ({names(steps[-1][0], steps[-1][1])}) overlapped "
+                           f"the next one; cut to end at {names(max(steps[-1][0], first))}")
             steps[-1][1] = max(steps[-1][0], first)
         steps.append([first, last, text])
     return [tuple(s) for s in steps], repairs
@@ -120,14 +144,14 @@ def all_talk(first: int, last: int, labels: dict[int, str]) -> bool:
     return all(labels.get(line) == "TALK" for line in range(first, last + 1))
 
 
-def drop_talk(cited: list[tuple[int, int, str]], labels: dict[int, str], repairs: list[str]
-              ) -> list[tuple[int, int, str]]:
+def drop_talk(cited: list[tuple[int, int, str]], labels: dict[int, str], repairs: list[str],
+              names: SegmentNames = SegmentNames()) -> list[tuple[int, int, str]]:
     """The model's steps less those whose every cited line the label pass called TALK:
     `segmentation="filtered"`."""
     kept = []
     for first, last, text in cited:
         if all_talk(first, last, labels):
-            repairs.append(f"step {text!r}: lines {first}-{last} all labelled TALK, dropped")
+            repairs.append(f"step {text!r}: {names(first, last)} all labelled TALK, dropped")
             continue
         kept.append((first, last, text))
     return kept
@@ -185,7 +209,8 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str]) -> b
     return False
 
 
-def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str]) -> list[Any]:
+def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str],
+                names: SegmentNames = SegmentNames()) -> list[Any]:
     """The model's steps (dicts citing line numbers) less those that copy the one line they
     cite, a line the label pass calls MORE (it goes on with the step above), right after the step
     before: that line is folded into the step before.
@@ -206,7 +231,7 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
             if (first is not None and first == last and end is not None and end in (first - 1, first)
                     and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])):
                 out[out.index(previous)] = {**previous, "last_line": first}
-                notes.append(f"step {text.strip()!r} (line {first}) copies a line labelled MORE: folded into "
+                notes.append(f"step {text.strip()!r} ({names(first)}) copies a line labelled MORE: folded into "
                              f"the step before, {str(previous.get('text') or '').strip()!r}")
                 continue
         out.append(step)

@@ -69,7 +69,7 @@ def test_cited_lines_are_checked_ordered_and_repaired():
     cited, repairs = es.cited_steps(raw, count=10)
     assert cited == [(1, 2, "Chop onions."), (4, 7, "Boil water."), (7, 7, "Taste."), (9, 10, "Serve.")]
     text = " | ".join(repairs)
-    for expected in ("swapped", "cut to the transcript's 1-10", "outside the transcript", "no text",
+    for expected in ("swapped", "cut to the prompt's lines 1-10", "outside the 10 lines", "no text",
                      "cites no line", "used for both ends", "reordered", "merged"):
         assert expected in text
 
@@ -86,7 +86,7 @@ def test_a_citation_one_line_off_moves_to_the_lines_its_words_come_from():
     assert cited == [(4, 4, "Flip the bike over and open the brake quick release."),
                      (12, 13, "Sand around the hole, spread glue, let it go tacky, and press the patch on firmly."),
                      (17, 17, "Proceed with care.")]
-    assert repairs[0] == "step 1: cited lines 3-3, moved to 4-4, the lines its words come from"
+    assert repairs[0] == "step 1: cited segment 2, moved to segment 3, where its words come from"
     assert len(repairs) == 2
     # without the lines' text (or when the cited lines match best) nothing moves
     assert es.cited_steps([{"first_line": 3, "last_line": 3, "text": "Flip the bike."}], count=20)[0] == \
@@ -98,7 +98,20 @@ def test_overlapping_citations_are_cut_so_two_steps_share_at_most_one_line():
                                      {"first_line": 4, "last_line": 5, "text": "Then this."},
                                      {"first_line": 5, "last_line": 5, "text": "And that."}], count=8)
     assert cited == [(1, 4, "Do it all."), (4, 5, "Then this."), (5, 5, "And that.")]
-    assert len(repairs) == 1 and "cut to end at line 4" in repairs[0]
+    assert len(repairs) == 1 and "cut to end at segment 3" in repairs[0]
+
+
+def test_messages_name_segments_as_records_index_them():
+    """The model cites the speech lines from 1; a [Music] segment shifts them from the segment indices
+    that steps.items[].lines holds, and every message names the segment index (docs/records.md)."""
+    names = es.SegmentNames([0, 2, 3])  # segment 1 is [Music]
+    assert names(2) == "segment 2" and names(1, 3) == "segments 0-3"
+    assert names(4, 5) == "prompt lines 4-5"  # typed outside the prompt: no segment to name
+    cited, repairs = es.cited_steps([{"first_line": 1, "last_line": 3, "text": "Do it all."},
+                                     {"first_line": 2, "last_line": 3, "text": "Then this."}], count=3, names=names)
+    assert "(segments 0-3) overlapped the next one; cut to end at segment 2" in repairs[0]
+    kept = es.drop_talk(cited, {2: "TALK", 3: "TALK"}, repairs, names)
+    assert repairs[-1] == "step 'Then this.': segments 2-3 all labelled TALK, dropped" and len(kept) == 1
 
 
 def test_times_come_from_the_cited_lines_and_lines_index_the_transcript():
@@ -342,7 +355,7 @@ def test_filtered_drops_the_steps_the_labels_call_talk_and_keeps_the_models_cita
     assert len(llm.requests) == 2  # the labels, then the model's own steps: no rewriting
     assert texts == [f"Step {k} in other words." for k in range(1, 7)]
     assert [s["lines"] for s in steps["items"]] == [s["lines"] for s in record["truth"]["steps"]]
-    assert steps["repairs"] == ["step 'Answer the phone.': lines 8-9 all labelled TALK, dropped"]
+    assert steps["repairs"] == ["step 'Answer the phone.': segments 7-8 all labelled TALK, dropped"]
     assert steps["line_labels"] == labels and steps["segmentation"] == "filtered"
 
 
@@ -432,8 +445,8 @@ def test_grounded_steps_land_where_their_words_are_said_and_missed_labelled_step
     assert steps["grounding"] == "said"
     assert [s["lines"][0] for s in steps["items"]] == [t["lines"][0] for t in truth]
     assert steps["items"][-1]["text"] == "Do step 1."  # the missed run, written by the labels' request
-    assert any("said on lines 4-5" in r for r in steps["repairs"])
-    assert any(r.startswith("lines 17-18: labelled a step") for r in steps["repairs"])
+    assert any("said on segments 3-4" in r for r in steps["repairs"])
+    assert any(r.startswith("segments 16-17: labelled a step") for r in steps["repairs"])
     assert len(llm.requests) == 3  # labels, steps, the missed run written
 
 
@@ -450,12 +463,13 @@ def test_a_step_counts_as_copied_when_it_is_a_nearby_line_up_to_case_and_punctua
     ]
     assert es.copied_steps(steps, labels, lines) == (2, 4)
 
+
 def test_a_step_with_one_line_that_is_not_talk_is_kept():
     repairs: list[str] = []
     kept = es.drop_talk([(1, 2, "Greet, then open the box."), (3, 3, "Wave."), (4, 5, "Lift it.")],
                         {1: "TALK", 2: "STEP", 3: "TALK", 4: "TALK"}, repairs)  # line 5: no label
     assert kept == [(1, 2, "Greet, then open the box."), (4, 5, "Lift it.")]
-    assert repairs == ["step 'Wave.': lines 3-3 all labelled TALK, dropped"]
+    assert repairs == ["step 'Wave.': segment 2 all labelled TALK, dropped"]
 
 
 def test_filtered_on_a_video_that_is_all_talk_asks_for_no_steps(monkeypatch):
