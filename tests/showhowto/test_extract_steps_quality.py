@@ -6,28 +6,16 @@ vi.evaluation.showhowto.extract_quality)."""
 from __future__ import annotations
 
 import json
-import zlib
 
-import numpy as np
 import pytest
 
 from vi.core.models.llm import ChatReply
 from vi.evaluation.showhowto import extract_quality as eq
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.narration_labels import step_runs
-from vi.pipelines.showhowto.step_citations import content_words
+from tests.showhowto.grounding_fakes import words_embedder
 
 TRANSCRIPTS = {r["id"]: r for r in eq.load_transcripts()}
-
-
-def words_embedder(texts: list[str]) -> np.ndarray:
-    """A stand-in sentence embedder for --grounding said: unit-length bags of content words."""
-    vectors = np.zeros((len(texts), 512))
-    for i, text in enumerate(texts):
-        for word in content_words(text):
-            vectors[i, zlib.crc32(word.encode()) % 512] += 1.0
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1.0, norms)
 
 
 @pytest.fixture(autouse=True)

@@ -5,25 +5,12 @@ mechanism pinned with small fakes, no model."""
 from __future__ import annotations
 
 import re
-import zlib
 
 import numpy as np
 
 from vi.pipelines.showhowto import step_grounding as sg
 from vi.pipelines.showhowto.narration_labels import LABELS, labels_from_scores
-from vi.pipelines.showhowto.step_citations import content_words
-
-
-def words_embedder(texts: list[str]) -> np.ndarray:
-    """A stand-in sentence embedder: unit-length bags of content words (hashed), so a step's
-    similarity to a line is how many of its words the line says."""
-    vectors = np.zeros((len(texts), 512))
-    for i, text in enumerate(texts):
-        for word in content_words(text):
-            vectors[i, zlib.crc32(word.encode()) % 512] += 1.0
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1.0, norms)
-
+from tests.showhowto.grounding_fakes import words_embedder
 
 LINES = [
     "Hi, it's Matthew with the pressure cooker again.",  # 1
