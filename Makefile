@@ -56,16 +56,28 @@ system-deps:
 	fi
 
 # The venv: torch 2.8 comes with whisperx (~4 GB); llama-cpp-python compiles from source the
-# first time (~7 min on 2 cores; pip caches the wheel after that). The stamp makes it idempotent.
+# first time (~7 min on 2 cores; the wheelhouse keeps the wheel after that). The stamp makes it idempotent.
+# llama.cpp is built with GGML_NATIVE=OFF: a native build compiles in every instruction set the CPU
+# reports, AMX included, and where the kernel or a sandbox does not enable AMX (a Sapphire Rapids
+# Xeon in a container) the first model call dies with 'Illegal instruction'. OFF builds ggml's x86-64
+# set (SSE4.2, AVX, AVX2, BMI2, FMA, F16C), which every x86-64 server of the last decade runs. The
+# wheel is built once into a wheelhouse named by the version and the flags: pip's own wheel cache
+# would hand back a wheel built with other flags. (The wheelhouse is added to PIP_FIND_LINKS, not
+# replacing it: a machine may name its own.)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
+WHEELHOUSE := $(HOME)/.cache/vi/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 $(STAMPS)/install: pyproject.toml
 	@$(MAKE) --no-print-directory system-deps
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -e '.[models,dev]'
+	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl >/dev/null 2>&1 || { echo "building llama-cpp-python $(LLAMA_VERSION) ($(LLAMA_CMAKE_ARGS)), about 7 min"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-cache-dir --no-deps -w $(WHEELHOUSE) llama-cpp-python==$(LLAMA_VERSION); }
+	PIP_FIND_LINKS="$(WHEELHOUSE) $${PIP_FIND_LINKS:-}" $(BIN)/python -m pip install -e '.[models,dev]'
 	@mkdir -p $(STAMPS) && touch $@
 
 install-models-extra: $(STAMPS)/install
-	$(BIN)/python -m pip install -e '.[models,models-extra,dev]'
+	PIP_FIND_LINKS="$(WHEELHOUSE) $${PIP_FIND_LINKS:-}" $(BIN)/python -m pip install -e '.[models,models-extra,dev]'
 
 sample: $(STAMPS)/install
 	$(BIN)/python -m vi.evaluation.demo.samples $(OUT)/sample
