@@ -112,7 +112,10 @@ FAST = {"VI_LLM_RETRIES": "3", "VI_LLM_TIMEOUT": "20"}
 
 
 def filter_through(stub: StubLLM, *args: str, stdin: str, env: dict | None = None):
-    return run_vi("filter-instructional", "-q", "--llm", f"openai:stub@{stub.url}", *args, stdin=stdin,
+    """vi filter-instructional on the stub server, one request per record (--ask paper: these tests count
+    the server backend's requests and retries; the filter's second question is tests/showhowto's)."""
+    return run_vi("filter-instructional", "-q", "--ask", "paper", "--llm", f"openai:stub@{stub.url}", *args,
+                  stdin=stdin,
                   env={**FAST, **(env or {})}, timeout=120)
 
 
