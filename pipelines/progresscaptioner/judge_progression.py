@@ -470,7 +470,6 @@ class ProgressionConfig:
     seed: int = 0
     threads: int | None = with_default(LLMConfig, "threads", None)
     concurrency: int = with_default(LLMConfig, "concurrency", 1)
-    template: ChatPrompt = internal(init=False)
     templates: dict = internal(init=False)  # order -> prompt, for PairJudge
     # one PairJudge per judge LLM, kept across records: its content-free letters are scored once per action
     pair_judges: dict = internal(init=False)
@@ -485,8 +484,6 @@ class ProgressionConfig:
             raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {self.prompt!r}")
         for ref in self.llms:  # a bad spec or a missing model: before any record
             check_llm(self.settings(ref))
-        object.__setattr__(self, "template", load_prompt(PROMPTS[self.prompt], self.prompt_file,
-                                                         needs=NEEDS[self.prompt]))
         object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,
                                                                self.swapped_prompt_file))
         check_debias(self.debias, self.embedder, self.same_state, self.device)

@@ -116,7 +116,6 @@ class KeyframesConfig(LLMConfig):
 
             resolve_embedder(self.image_model)  # a missing model: before any record
 
-
     def pair_judge(self, llm: ChatBackend) -> PairJudge:
         """vi judge progression's way of asking `llm` (--debias), kept per LLM object."""
         if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
