@@ -23,8 +23,10 @@ import typer
 from rich.markup import escape
 
 from vi.cli.options import config_parameters, take_values
-from vi.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_USAGE, RecordError, SetupError
+from vi.core.errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_USAGE, TRANSIENT_KINDS, RecordError,
+                            SetupError)
 from vi.core.progress import setup_logging, stderr
+from vi.core.provenance import fingerprint
 from vi.core.seeding import seed_everything
 from vi.core.sharding import Shard
 from vi.core.sink import DownstreamClosed, claim_stdout
@@ -41,6 +43,15 @@ _COMMON = [
         "--output", "-o", help="Write JSONL to FILE instead of stdout.", rich_help_panel=CONTRACT_PANEL)], None),
     ("resume", Annotated[bool, typer.Option(
         "--resume", help="With --output: skip ids already complete in FILE and append; safe after a kill.",
+        rich_help_panel=CONTRACT_PANEL)], False),
+    ("retry_errors", Annotated[Optional[str], typer.Option(
+        "--retry-errors", metavar="[KIND,...]", help="With --resume: redo the records this stage failed with "
+        "these error kinds (comma-separated; alone: the transient ones, "
+        f"{', '.join(TRANSIENT_KINDS)}; 'all': any), their lines replaced; exactly once, as --resume.",
+        rich_help_panel=CONTRACT_PANEL, show_default=False)], None),
+    ("allow_mixed", Annotated[bool, typer.Option(
+        "--allow-mixed", help="With --resume: go on although FILE's records were made by another "
+        "configuration (model, prompt, options, vi version) than this run's.",
         rich_help_panel=CONTRACT_PANEL)], False),
     ("overwrite", Annotated[bool, typer.Option(
         "--overwrite", help="With --output: replace FILE if it already has records.",
@@ -80,6 +91,46 @@ def os_message(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc)
+
+
+RETRY_FLAG_ALONE = "transient"  # what --retry-errors means with no KIND after it
+
+
+def retry_kinds(text: str | None) -> frozenset[str] | None:
+    """--retry-errors' kinds: None when not given, an empty set for 'all' (any kind)."""
+    if text is None:
+        return None
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    if kinds == {RETRY_FLAG_ALONE}:
+        return frozenset(TRANSIENT_KINDS)
+    if "all" in kinds:
+        return frozenset()
+    odd = sorted(k for k in kinds if not k.replace("_", "").isalnum())
+    if odd or not kinds:
+        raise ValueError(f"--retry-errors takes error kinds such as {TRANSIENT_KINDS[0]} (comma-separated), "
+                         f"'all', or nothing; got {text!r}. A path after it is taken as its value: put "
+                         "--retry-errors after the paths, or give its kinds")
+    return kinds
+
+
+def optional_values(command: Any) -> None:
+    """Let --retry-errors stand alone: alone, or before another option, it means RETRY_FLAG_ALONE.
+    (click's optional option values are not in the click that typer carries, so the arguments are
+    completed before they are parsed.)"""
+    if not any("--retry-errors" in getattr(p, "opts", ()) for p in getattr(command, "params", [])):
+        return
+    parse = command.parse_args
+
+    def parse_args(ctx, args):
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--retry-errors" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                args.insert(i + 1, RETRY_FLAG_ALONE)
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
 
 
 def _shard(text: str | None) -> Shard | None:
@@ -175,10 +226,13 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
                     input=common["input"], output=common["output"], resume=common["resume"],
                     overwrite=common["overwrite"], shard=_shard(common["shard"]),
                     strict=common["strict"], quiet=common["quiet"],
-                    seed=common["seed"])
+                    seed=common["seed"], retry_errors=retry_kinds(common["retry_errors"]),
+                    allow_mixed=common["allow_mixed"])
                 seed_everything(opts.seed)
                 contract = {"seed": opts.seed, **placed}
-                report = fn(opts, **split(kwargs, {n: contract[n] for n in from_contract}))
+                arguments = split(kwargs, {n: contract[n] for n in from_contract})
+                opts.fingerprint = fingerprint(arguments.get("config"))
+                report = fn(opts, **arguments)
             except SetupError as exc:
                 stderr.print(f"[red]{name}: cannot start:[/red] {escape(str(exc))}", highlight=False)
                 raise typer.Exit(EXIT_SETUP) from None

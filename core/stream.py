@@ -8,6 +8,7 @@ progress, the closing counts, and the exit code.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -26,9 +27,11 @@ from vi.core.errors import (
     SetupError,
 )
 from vi.core.progress import log, make_progress, stderr
+from vi.core.provenance import FIELD as PROVENANCE
+from vi.core.provenance import differences
 from vi.core.records import REJECTED, Record, dumps, has_errors, with_error
 from vi.core.sharding import Shard
-from vi.core.sink import DownstreamClosed, open_sink
+from vi.core.sink import DownstreamClosed, FileSink, open_sink
 
 Fields = dict[str, Any]
 MAX_SHOWN_FAILURES = 10  # on stderr; every failure is in the output records
@@ -48,6 +51,13 @@ class StreamOptions:
     quiet: bool = False
     seed: int = 0
     rejects: Path | None = None  # records the stage rejects go here instead of the output
+    # With resume: redo the records this stage failed with these error kinds (None: no retry; an
+    # empty set: every kind), their lines in --output replaced (FileSink.retry).
+    retry_errors: frozenset[str] | None = None
+    # The stage's configuration (vi.core.provenance.fingerprint), written into each record it
+    # finishes; resume refuses an output of another configuration unless allow_mixed.
+    fingerprint: dict[str, Any] | None = None
+    allow_mixed: bool = False
 
 
 @dataclass
@@ -252,6 +262,54 @@ def _refuse_same_file(opts: StreamOptions) -> None:
                              "give each its own file")
 
 
+def _check_configuration(sink: Any, stage: str, opts: StreamOptions) -> None:
+    """Refuse to resume FILE when its records were made by another configuration of `stage`
+    (exit 2, the differences shown), unless --allow-mixed."""
+    if not isinstance(sink, FileSink) or opts.fingerprint is None:
+        return
+    found = sink.recovered
+    mine = json.dumps(opts.fingerprint, sort_keys=True, ensure_ascii=False)
+    others = {key: seen for key, seen in found.fingerprints.items() if key != mine}
+    if not others:
+        if found.unmarked and not found.fingerprints:
+            log.warning("%s %s: its %d records carry no configuration fingerprint (written by an older "
+                        "vi): resuming without checking that they were made as this run makes them",
+                        sink.what, sink.path, found.unmarked)
+        return
+    lines = []
+    for key, (count, first) in others.items():
+        changed = "; ".join(differences(json.loads(key), opts.fingerprint)) or "(none)"
+        lines.append(f"{count} record(s) (the first {first[:100]!r}) were made with: {changed}")
+    message = (f"{sink.what} {sink.path} holds records of vi {stage} made by another configuration "
+               f"than this run's (recorded -> now): " + " | ".join(lines))
+    if opts.allow_mixed:
+        log.warning("%s; going on (--allow-mixed): each record's 'provenance' says how it was made", message)
+        return
+    raise ValueError(f"{message}. Resume with the options it was made with, write to a new --output, "
+                     "or pass --allow-mixed to mix them knowingly")
+
+
+def _retry(sink: Any, stage: str, opts: StreamOptions) -> None:
+    if opts.retry_errors is None or not isinstance(sink, FileSink):
+        return
+    taken = sink.retry(opts.retry_errors or None)
+    if taken:
+        log.info("retry: %d failed record(s) (%s) taken out of %s, to be done again", sum(taken.values()),
+                 ", ".join(f"{n} {kind}" for kind, n in taken.most_common()), sink.path)
+    else:
+        kinds = ", ".join(sorted(opts.retry_errors)) or "any kind"
+        log.info("retry: no record of %s failed in vi %s with %s; nothing to redo", sink.path, stage, kinds)
+
+
+def _stamp(out: Record, stage: str, opts: StreamOptions) -> Record:
+    """`out` with this stage's fingerprint in its provenance (replaced in place on a re-run)."""
+    if opts.fingerprint is None:
+        return out
+    known = out.get(PROVENANCE)
+    out[PROVENANCE] = {**(known if isinstance(known, dict) else {}), stage: opts.fingerprint}
+    return out
+
+
 def _as_error(record: Record, stage: str, exc: Exception) -> Record:
     if isinstance(exc, RecordError):
         return with_error(record, stage, exc.kind, exc.message)
@@ -268,13 +326,21 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
     """
     report = Report(stage=stage.name)
     _refuse_same_file(opts)
-    sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite)
+    if opts.retry_errors is not None and not opts.resume:
+        raise ValueError("--retry-errors redoes failed records of an existing --output: give --resume too")
+    sink = open_sink(opts.output, resume=opts.resume, overwrite=opts.overwrite, stage=stage.name)
+    rejects = None
     try:
         rejects = (open_sink(opts.rejects, resume=opts.resume, overwrite=opts.overwrite,
-                             what="--rejects")
+                             what="--rejects", stage=stage.name)
                    if opts.rejects is not None and stage.reject is not None else None)
+        _check_configuration(sink, stage.name, opts)
+        _check_configuration(rejects, stage.name, opts)
+        _retry(sink, stage.name, opts)  # after the checks: a refused run changes nothing
     except BaseException:
         sink.close()
+        if rejects is not None:
+            rejects.close()
         raise
     # Each record is written to exactly one of the two files: resume looks at both.
     done = Counter(getattr(sink, "done_ids", Counter())) + Counter(getattr(rejects, "done_ids", Counter()))
@@ -292,10 +358,12 @@ def run_stage(stage: Stage, records: Iterable[Record], opts: StreamOptions,
                     if result is None:  # arrived with errors: passed through untouched
                         # ... unless this stage's own reader rejected the line: its failure
                         out, failed = record, bool(record.pop(REJECTED, False))
+                        if failed:
+                            out = _stamp(out, stage.name, opts)
                     elif isinstance(result, Exception):
-                        out, failed = _as_error(record, stage.name, result), True
+                        out, failed = _stamp(_as_error(record, stage.name, result), stage.name, opts), True
                     else:
-                        out, failed = merge(record, result), False
+                        out, failed = _stamp(merge(record, result), stage.name, opts), False
                     line, out, failed = _encode(out, record, stage.name, failed)
                     target = sink
                     if failed:

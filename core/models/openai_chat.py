@@ -231,7 +231,7 @@ class OpenAIChat:
                 log.info("LLM server %s: %s; retrying in %.1f s", self.spec.url, why, wait)
                 time.sleep(wait)
         raise RecordError("llm_unavailable", f"the LLM server {self.spec.url} failed {self.retries + 1} tries "
-                          f"(last: {why}); rerun with --resume once it is back")
+                          f"(last: {why}); once it is back, rerun with --resume --retry-errors")
 
     def _reply(self, response) -> ChatReply:
         if response.status_code != 200:

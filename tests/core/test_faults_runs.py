@@ -169,3 +169,97 @@ def test_output_in_a_read_only_folder_is_refused_before_any_work(videos, small_d
     done = run_vi("probe", str(videos), "-q", "-o", str(out))
     assert done.returncode == 2 and done.stdout == ""
     assert f"cannot write --output {out}" in done.stderr and "not writable" in done.stderr
+
+
+# --- a server outage, then --retry-errors; a changed configuration on --resume -------------------
+
+def filter_run(stub, out, *extra, stdin):
+    from test_llm_backends import FAST
+
+    return run_vi("filter-instructional", "-q", "--ask", "paper", "--llm", f"openai:stub@{stub.url}",
+                  "-o", str(out), *extra, stdin=stdin, env={**FAST, "VI_LLM_RETRIES": "1"}, timeout=120)
+
+
+def test_a_server_outage_then_retry_errors_completes_every_record_exactly_once(tmp_path):
+    from test_llm_backends import StubLLM, records
+
+    out, ids = tmp_path / "out.jsonl", Counter(f"v{i}" for i in range(6))
+    with StubLLM() as stub:
+        assert filter_run(stub, out, stdin=records(2)).returncode == 0  # the first records, server up
+        stub.fail_first = 10**6  # the server goes down: every request a 500
+        down = filter_run(stub, out, "--resume", stdin=records(6))
+        assert down.returncode == 3, down.stderr
+        failed = [r["id"] for r in map(json.loads, out.read_text().splitlines()) if r.get("errors")]
+        assert sorted(failed) == ["v2", "v3", "v4", "v5"] and ids_in(out) == ids
+        assert "--retry-errors" in json.loads(out.read_text().splitlines()[-1])["errors"][0]["message"]
+        still = filter_run(stub, out, "--resume", stdin=records(6))  # plain --resume: they stay failed
+        assert still.returncode == 0 and "6 already done" in still.stderr
+        stub.fail_first = 0  # the server is back
+        asked = len(stub.requests)
+        again = filter_run(stub, out, "--resume", "--retry-errors", stdin=records(6))
+        assert again.returncode == 0, again.stderr
+        assert "4 failed record(s) (4 llm_unavailable) taken out" in again.stderr
+        assert len(stub.requests) - asked == 4  # only the failed ones were asked again
+    final = [json.loads(line) for line in out.read_text().splitlines()]
+    assert ids_in(out) == ids and not any(r.get("errors") for r in final)
+    assert all(r["instructional"]["reason"] == f"video {r['id'][1:]}" for r in final)
+    assert not list(tmp_path.glob(".*vi-retry"))
+
+
+def test_a_kill_during_retry_errors_then_resume_gives_exactly_once(tmp_path):
+    from test_llm_backends import FAST, StubLLM, records
+
+    out, count = tmp_path / "out.jsonl", 30
+    with StubLLM(fail_first=10**6) as stub:
+        assert filter_run(stub, out, stdin=records(count)).returncode == 3  # every record llm_unavailable
+        stub.fail_first, stub.delay = 0, (lambda body: 0.1)
+        args = [VI, "filter-instructional", "-q", "--ask", "paper", "--llm", f"openai:stub@{stub.url}", "-o",
+                str(out), "--resume", "--retry-errors", "llm_unavailable"]
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env={**os.environ, **FAST})
+        proc.stdin.write(records(count))
+        proc.stdin.close()
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            if out.exists() and sum(1 for line in out.read_text().splitlines() if '"errors"' not in line) >= 3:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        redone = [json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]]  # the torn tail aside
+        assert 3 <= sum(not r.get("errors") for r in redone) < count  # killed mid-retry
+        done = filter_run(stub, out, "--resume", stdin=records(count))  # plain --resume finishes it
+    assert done.returncode == 0, done.stderr
+    assert ids_in(out) == Counter(f"v{i}" for i in range(count))
+    assert not any(json.loads(line).get("errors") for line in out.read_text().splitlines())
+
+
+def test_resume_with_a_changed_prompt_is_refused_unless_allow_mixed(tmp_path):
+    from importlib import resources
+
+    from test_llm_backends import StubLLM, records
+
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(resources.files("vi.pipelines.common").joinpath(
+        "prompt_templates", "filter_instructional.txt").read_text())
+    out = tmp_path / "out.jsonl"
+    with StubLLM() as stub:
+        assert filter_run(stub, out, "--prompt", str(prompt), stdin=records(2)).returncode == 0
+        before = out.read_bytes()
+        made = json.loads(before.splitlines()[0])["provenance"]["filter-instructional"]
+        assert made["llm"] == "openai:stub" and made["prompt"].startswith("sha256:") and "concurrency" not in made
+        prompt.write_text(prompt.read_text() + "\nAnswer carefully.\n")  # the prompt is edited
+        refused = filter_run(stub, out, "--prompt", str(prompt), "--resume", stdin=records(4))
+        assert refused.returncode == 2 and out.read_bytes() == before
+        assert "another configuration" in refused.stderr and "prompt: \"sha256:" in refused.stderr
+        assert "--allow-mixed" in refused.stderr
+        mixed = filter_run(stub, out, "--prompt", str(prompt), "--resume", "--allow-mixed", stdin=records(4))
+        assert mixed.returncode == 0, mixed.stderr
+        # the same configuration resumes as before, whichever server address it runs on
+        same = filter_run(stub, tmp_path / "other.jsonl", "--prompt", str(prompt), stdin=records(1))
+        assert same.returncode == 0
+    with StubLLM() as moved:
+        again = filter_run(moved, tmp_path / "other.jsonl", "--prompt", str(prompt), "--concurrency", "2",
+                           "--resume", stdin=records(3))
+    assert again.returncode == 0, again.stderr
+    assert ids_in(out) == Counter(f"v{i}" for i in range(4))
