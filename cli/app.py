@@ -32,6 +32,7 @@ COMMON, SHOWHOWTO, STEPDIFF, PROGRESS = "Every pipeline", "ShowHowTo", "StepDiff
 # panel -> {name: "module:function" | Group}
 TABLE: dict[str, dict[str, str | Group]] = {
     COMMON: {
+        "download": "vi.cli.download:download_command",
         "probe": "vi.cli.probe:probe_command",
         "transcribe": "vi.pipelines.common.transcribe:TRANSCRIBE",
         "models": "vi.cli.models:models_command",
@@ -59,6 +60,8 @@ TABLE: dict[str, dict[str, str | Group]] = {
         "align-frames": "vi.pipelines.showhowto.align_frames:ALIGN_FRAMES",
         "export": Group("Write records out as a training dataset in a model's own layout (files, not JSONL).",
                         {"showhowto": "vi.cli.export:showhowto_command"}),
+        "rebuild": Group("Rebuild a paper's released dataset from the original videos, as its own recipe cuts it.",
+                         {"showhowto": "vi.cli.rebuild:rebuild_showhowto_command"}),
         "generate": "vi.cli.generate:generate_command",
     },
     STEPDIFF: {

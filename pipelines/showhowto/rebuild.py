@@ -1,0 +1,391 @@
+"""`vi rebuild showhowto`: ShowHowTo's released sequences cut again from the original videos.
+
+ShowHowTo (CVPR 2025) releases its training sequences as, per video, the keyframes that make the
+sequence and a prompt per keyframe; its README gives the ffmpeg command that cuts each frame: the
+video resampled to 5 fps (`fps=5`), the frames from `start_sec` on kept (`select=gte(t,START)`),
+the `frame_idx`-th of those taken (`select=eq(n,IDX)`), as rgb24 at the native size; one ffmpeg
+process per frame, each decoding the video from its start. The frames of a video, side by side,
+are its sequence: `imgseqs/<youtube id>.jpg`, with `prompts.json` = {id: prompts}.
+
+The same frames, decoding less (`frames_of`): the 5 fps stream's frames are numbered by their pts
+in the filter's 1/5 s time base, the first one F, so keyframe (S, I) is the frame whose pts is
+max(C, F) + I, where C is the first pts whose time `pts * 0.2` is >= S in the double arithmetic
+the select filter does. One tiny pass reads F; then all of a video's keyframes are selected by
+pts in one ffmpeg process per cluster of nearby keyframes, seeking to shortly before the cluster.
+The fps filter gives a slot the last input frame whose rounded pts is not past it, so a pass that
+starts before that frame sees the same frame in the same slot; a pass that finds fewer frames
+than asked (its first slot came after a target: a long gap between frames) is done again from
+the video's start. The conversion to rgb24 is the command's own (`-s WxH -pix_fmt rgb24`).
+`seek=False` decodes each video once from its start: it rests on nothing but the decoder.
+
+Where the release's files put these is known in one place only, `open_keyframes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vi.core.config import internal, option
+from vi.core.errors import RecordError
+from vi.core.records import Record, finite_number
+from vi.pipelines.showhowto.export import DATASET_PANEL, ExportConfig, encode_jpeg
+from vi.pipelines.showhowto.export_writers import ImgseqWriter, Sequence, safe_key
+
+STAGE = "rebuild showhowto"
+RECIPE_FPS = 5  # the release's command: fps=5
+SLOT = 1 / RECIPE_FPS  # av_q2d(1/5): what the select filter multiplies a pts by to get t
+CLUSTER_GAP_S = 20.0  # keyframes closer than this share one decoding pass (a pass costs ~0.1 s to start)
+SEEK_MARGIN_S = 3.0  # a pass starts this long before its first keyframe (frames up to 3 s apart are safe)
+DECODE_TIMEOUT_S = 3600
+
+EXPECTED_LAYOUT = """\
+  --keyframes FILE or DIR/keyframes.json:  {"<video id>": [{"start_sec": 12.4, "frame_idx": 3}, ...], ...}
+  --keyframes DIR with one file per video:  DIR/<video id>.json or DIR/<video id>/keyframes.json,
+                                            each [{"start_sec": 12.4, "frame_idx": 3}, ...]
+  (a video's list may also be {"keyframes": [...]}; other keys of a keyframe are ignored)
+  --prompts FILE:                           {"<video id>": ["prompt of keyframe 1", ...], ...}"""
+
+
+class LayoutError(ValueError):
+    """Keyframes or prompts in a layout this reader does not know: the whole run stops (exit 2)."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where}: {problem}. vi rebuild showhowto reads ShowHowTo's released layout:\n"
+                         f"{EXPECTED_LAYOUT}")
+
+
+@dataclass(frozen=True)
+class Keyframe:
+    start_sec: float | int  # as the file has it: the command formats it into its filter as is
+    frame_idx: int
+
+    @property
+    def target(self) -> int:
+        """C: the first 5 fps pts whose time, as the select filter computes it, is >= start_sec."""
+        pts = max(0, math.ceil(self.start_sec * RECIPE_FPS))
+        while pts > 0 and (pts - 1) * SLOT >= self.start_sec:
+            pts -= 1
+        while pts * SLOT < self.start_sec:
+            pts += 1
+        return pts
+
+
+# --- the release's layout: the one place that knows it -------------------------------------
+
+def _keyframe_list(value, where: str) -> list[Keyframe]:
+    """One video's keyframes, checked; a RecordError names the entry and field at fault."""
+    if isinstance(value, dict) and "keyframes" in value:
+        value = value["keyframes"]
+    if not isinstance(value, list) or not value:
+        raise RecordError("bad_keyframes", f"{where}: not a non-empty list of keyframes "
+                          f'[{{"start_sec": S, "frame_idx": N}}, ...] (got {type(value).__name__})')
+    out = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict) or "start_sec" not in entry or "frame_idx" not in entry:
+            raise RecordError("bad_keyframes", f"{where}[{i}] is {entry!r:.80}, not "
+                              '{"start_sec": S, "frame_idx": N}')
+        start, index = entry["start_sec"], entry["frame_idx"]
+        if finite_number(start) is None or start < 0:
+            raise RecordError("bad_keyframes", f"{where}[{i}].start_sec is {start!r}, not seconds >= 0")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise RecordError("bad_keyframes", f"{where}[{i}].frame_idx is {index!r}, not a whole number >= 0")
+        out.append(Keyframe(start, index))
+    return out
+
+
+def _looks_like_keyframes(value) -> bool:
+    if isinstance(value, dict) and "keyframes" in value:
+        value = value["keyframes"]
+    return (isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+            and "start_sec" in value[0] and "frame_idx" in value[0])
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise LayoutError(str(path), f"not JSON ({exc})") from None
+
+
+class KeyframeSource:
+    """The videos of a keyframes layout and each one's keyframes, read when asked for."""
+
+    def __init__(self, mapping: dict | None = None, files: dict[str, Path] | None = None, where: str = ""):
+        self._mapping, self._files, self.where = mapping, files, where
+
+    def ids(self) -> list[str]:
+        return sorted(self._mapping if self._mapping is not None else self._files)  # type: ignore[arg-type]
+
+    def keyframes(self, video_id: str) -> list[Keyframe]:
+        if self._mapping is not None:
+            if video_id not in self._mapping:
+                raise RecordError("missing_keyframes", f"{self.where} has no keyframes for {video_id!r}")
+            return _keyframe_list(self._mapping[video_id], f"{self.where}[{video_id!r}]")
+        path = self._files.get(video_id)  # type: ignore[union-attr]
+        if path is None:
+            raise RecordError("missing_keyframes", f"{self.where} has no keyframes file for {video_id!r}")
+        try:
+            value = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise RecordError("bad_keyframes", f"{path}: cannot read it as JSON ({exc})") from None
+        return _keyframe_list(value, str(path))
+
+
+def open_keyframes(path: Path) -> KeyframeSource:
+    """The keyframes layout at `path` (see EXPECTED_LAYOUT); a LayoutError when it is not one."""
+    if not path.exists():
+        raise LayoutError(str(path), "no such file or folder")
+    single = path / "keyframes.json" if path.is_dir() else path
+    if single.is_file():
+        mapping = _load_json(single)
+        if not isinstance(mapping, dict) or not mapping:
+            raise LayoutError(str(single), f"a JSON {type(mapping).__name__}, not an object keyed by video id")
+        first = next(iter(mapping))
+        if not _looks_like_keyframes(mapping[first]):
+            raise LayoutError(str(single), f"its first video, {first!r}, maps to {mapping[first]!r:.120}")
+        return KeyframeSource(mapping=mapping, where=str(single))
+    files = {p.stem: p for p in path.glob("*.json")}
+    files.update({p.parent.name: p for p in path.glob("*/keyframes.json")})
+    if not files:
+        raise LayoutError(str(path), "a folder with no keyframes.json, no <video id>.json and no "
+                                     "<video id>/keyframes.json")
+    first = min(files)
+    value = _load_json(files[first])
+    if not _looks_like_keyframes(value):
+        raise LayoutError(str(files[first]), f"holds {value!r:.120}")
+    return KeyframeSource(files=files, where=str(path))
+
+
+def read_prompts(path: Path) -> dict[str, list[str]]:
+    """`prompts.json`, {video id: [prompt, ...]}; each video's list is checked when it is used."""
+    if not path.is_file():
+        raise LayoutError(str(path), "no such file")
+    value = _load_json(path)
+    if not isinstance(value, dict) or not value:
+        raise LayoutError(str(path), f"a JSON {type(value).__name__}, not an object keyed by video id")
+    first = next(iter(value))
+    if not isinstance(value[first], list):
+        raise LayoutError(str(path), f"its first video, {first!r}, maps to {value[first]!r:.120}, not a list")
+    return value
+
+
+def prompts_for(prompts: dict, video_id: str, count: int, where: Path) -> list[str]:
+    listed = prompts.get(video_id)
+    if listed is None:
+        raise RecordError("missing_prompts", f"{where} has no prompts for {video_id!r}")
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise RecordError("bad_prompts", f"{where}[{video_id!r}] is not a list of strings")
+    if len(listed) != count:
+        raise RecordError("bad_prompts", f"{where}[{video_id!r}] has {len(listed)} prompts for {count} "
+                          "keyframes: a sequence needs one prompt per frame")
+    return listed
+
+
+# --- the frames ---------------------------------------------------------------------------
+
+def _ffmpeg() -> str:
+    from vi.core.media import require_tool
+
+    return require_tool("ffmpeg")
+
+
+def recipe_frame(video: str | Path, keyframe: Keyframe, width: int, height: int) -> bytes:
+    """One frame as the release's README cuts it: its ffmpeg command, one process per frame, the
+    video decoded from its start. The reference the tests and `make bench` compare against."""
+    command = [_ffmpeg(), "-i", str(video), "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-vf", f"fps=5,select=gte(t\\,{keyframe.start_sec}),select=eq(n\\,{keyframe.frame_idx})",
+               "-s", f"{width}x{height}", "-vframes", "1", "pipe:"]
+    done = subprocess.run(command, capture_output=True, timeout=DECODE_TIMEOUT_S, check=False)
+    return done.stdout[:width * height * 3]
+
+
+_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*(-?\d+)\b.*?\bs:(\d+)x(\d+)")
+
+
+def first_slot(video: Path) -> tuple[int, int, int]:
+    """(F, width, height): the pts of the 5 fps stream's first frame and the frames' native size."""
+    command = [_ffmpeg(), "-hide_banner", "-nostdin", "-i", str(video), "-an", "-sn", "-dn",
+               "-vf", "fps=5,showinfo", "-vframes", "1", "-f", "null", "-"]
+    done = subprocess.run(command, capture_output=True, timeout=DECODE_TIMEOUT_S, check=False)
+    found = _SHOWINFO.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise RecordError("unreadable_media", f"{video}: ffmpeg finds no video frame in it ({last[0]}); "
+                          "re-download it")
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+def _pass(video: Path, pts: list[int], width: int, height: int, seek_s: float | None) -> list[bytes]:
+    """The frames of the 5 fps stream at `pts` (sorted, distinct), in order; fewer when the stream
+    has fewer. The command's own filters and conversion; -fps_mode passthrough so that rawvideo's
+    constant-rate default does not repeat a frame into the gaps between the selected ones."""
+    seek = [] if seek_s is None else ["-ss", f"{seek_s:.6f}", "-copyts", "-start_at_zero"]
+    chosen = "+".join(f"eq(pts\\,{p})" for p in pts)
+    command = [_ffmpeg(), "-hide_banner", "-nostdin", "-loglevel", "error", *seek, "-i", str(video),
+               "-an", "-sn", "-dn", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-vf", f"fps=5,select={chosen}", "-s", f"{width}x{height}",
+               "-fps_mode", "passthrough", "-vframes", str(len(pts)), "pipe:"]
+    # The frames go to a file, not a pipe: ffmpeg's messages then cannot fill a pipe we do not read.
+    with tempfile.TemporaryFile() as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, timeout=DECODE_TIMEOUT_S, check=False)
+        out.seek(0)
+        data = out.read()
+    size = width * height * 3
+    if done.returncode != 0 and len(data) < size * len(pts):
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise RecordError("unreadable_frame", f"{video}: ffmpeg stopped decoding ({last[0]}); re-download it")
+    return [data[i:i + size] for i in range(0, len(data) - size + 1, size)]
+
+
+def clusters(pts: list[int], gap_s: float = CLUSTER_GAP_S) -> Iterator[list[int]]:
+    """Sorted distinct pts in runs whose neighbours are at most `gap_s` apart."""
+    run: list[int] = []
+    for p in sorted(set(pts)):
+        if run and (p - run[-1]) * SLOT > gap_s:
+            yield run
+            run = []
+        run.append(p)
+    if run:
+        yield run
+
+
+def frames_of(video: Path, keyframes: list[Keyframe], seek: bool = True) -> tuple[list[np.ndarray], list[float]]:
+    """The keyframes' frames (H, W, 3) uint8, the release's bytes, and their times in the 5 fps stream."""
+    first, width, height = first_slot(video)
+    wanted = [max(k.target, first) + k.frame_idx for k in keyframes]
+    got: dict[int, bytes] = {}
+    runs = list(clusters(wanted)) if seek else [sorted(set(wanted))]
+    for run in runs:
+        start = run[0] * SLOT - SEEK_MARGIN_S
+        frames = _pass(video, run, width, height, start if seek and start > 0 else None)
+        if len(frames) < len(run) and seek and start > 0:
+            frames = _pass(video, run, width, height, None)  # the margin was too short: from the start
+        got.update(zip(run, frames))
+    missing = [i for i, p in enumerate(wanted) if p not in got]
+    if missing:
+        k = keyframes[missing[0]]
+        raise RecordError("unreadable_frame", f"{video}: keyframe {missing[0]} (start_sec {k.start_sec}, "
+                          f"frame_idx {k.frame_idx}) is past the video's last frame at 5 fps"
+                          + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
+                          + "; the file may be cut short (re-download it) or not the released video")
+    return ([np.frombuffer(got[p], np.uint8).reshape(height, width, 3) for p in wanted],
+            [round(p * SLOT, 3) for p in wanted])
+
+
+# --- the stage ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class RebuildConfig(ExportConfig):
+    """The options of `vi rebuild showhowto`: where the release's files and the videos are, and
+    the dataset's (--out, --format, --quality, --maxcount, as `vi export showhowto` has them)."""
+
+    keyframes: Path = option(panel=DATASET_PANEL, show_default=False, help=(
+        "The release's keyframes: a keyframes.json {video id: [{start_sec, frame_idx}, ...]}, or a "
+        "folder of <video id>.json or <video id>/keyframes.json."))
+    prompts: Path = option(panel=DATASET_PANEL, show_default=False, help=(
+        "The release's prompts.json, {video id: [one prompt per keyframe]}."))
+    video_root: Path | None = option(None, panel=DATASET_PANEL, help=(
+        "Where the videos are: ROOT/<id>.<ext> or vi download's ROOT/<hash>/<id>.<ext>. A record "
+        "of --input with a 'video' path uses that instead."))
+    seek: bool = option(True, panel=DATASET_PANEL, help=(
+        "Decode only shortly before each cluster of keyframes; --no-seek decodes each video once "
+        "from its start (slower; the same bytes, resting on nothing but the decoder)."))
+    # The release's frames are cut at their native size and kept whole: no tile height, no minimum.
+    height: int = internal(0)
+    min_steps: int = internal(1)
+    source: KeyframeSource = internal(init=False)
+    prompt_map: dict = internal(init=False)
+
+    def __post_init__(self) -> None:
+        if self.video_root is not None and not self.video_root.is_dir():
+            raise ValueError(f"--video-root {self.video_root}: no such folder")
+        object.__setattr__(self, "source", open_keyframes(self.keyframes))
+        object.__setattr__(self, "prompt_map", read_prompts(self.prompts))
+
+
+def video_id(record: Record) -> str:
+    """The YouTube id a record stands for: `youtube_id` when it has one (vi download keeps it), else `id`."""
+    value = record.get("youtube_id") or record["id"]
+    return str(value)
+
+
+def find_video(record: Record, root: Path | None) -> Path:
+    from vi.pipelines.common.download import find_download
+
+    given = record.get("video")
+    if isinstance(given, str) and given:
+        return Path(given)
+    vid = video_id(record)
+    found = find_download(root, vid) if root is not None else None
+    if found is None:
+        where = f"under --video-root {root}" if root is not None else "(no --video-root given)"
+        raise RecordError("missing_media", f"no video file for {vid!r} {where}: download it (vi download) "
+                          "or point --video-root at the folder holding <id>.mp4")
+    return found
+
+
+def rebuild_record(record: Record, config: RebuildConfig, writer) -> dict:
+    """One video's sequence, cut, joined and written (whole, or not at all); the fields it adds."""
+    from PIL import Image
+
+    from vi.core.media import check_readable
+
+    vid = video_id(record)
+    keyframes = config.source.keyframes(vid)
+    prompts = prompts_for(config.prompt_map, vid, len(keyframes), config.prompts)
+    video = check_readable(find_video(record, config.video_root))
+    key = safe_key(vid)
+    where = (f"{writer.folder.name}/{key}.jpg" if isinstance(writer, ImgseqWriter)
+             else f"{key}.jpg in {writer.prefix}-*.tar")
+    if not writer.is_done(vid):  # a kill came after the files and before the record line
+        frames, times = frames_of(video, keyframes, seek=config.seek)
+        jpeg = encode_jpeg(Image.fromarray(np.concatenate(frames, axis=1)), config.quality)
+        writer.write(Sequence(vid, prompts, times, [None] * len(frames), str(video), None), jpeg)
+    return {"video": str(video), "sequence": {"path": where, "frames": len(keyframes), "prompts": prompts}}
+
+
+def records_to_rebuild(config: RebuildConfig, given: Iterator[Record] | None) -> Iterator[Record]:
+    """The records of --input, or one {"id"} per video of the keyframes layout."""
+    if given is not None:
+        yield from given
+        return
+    for vid in config.source.ids():
+        yield {"id": vid}
+
+
+def forget_lost(output: Path, writer) -> int:
+    """Before a resume: the ok lines of OUTPUT whose sequence the dataset does not hold (a webdataset
+    tar a kill left unfinished is deleted with the sequences in it) are taken out of OUTPUT, as
+    --retry-errors does, so the resume rebuilds them. Returns how many."""
+    import os
+
+    from vi.core.records import loads
+
+    if not output.is_file():
+        return 0
+    kept, lost = [], 0
+    with open(output, "rb") as handle:
+        for line in handle:
+            try:
+                record = loads(line)
+                gone = (not record.get("errors") and "sequence" in record
+                        and not writer.is_done(video_id(record)))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                gone = False  # a torn or foreign line: the sink's own recovery deals with it
+            lost += gone
+            if not gone:
+                kept.append(line)
+    if lost:
+        temporary = output.with_name(f".{output.name}.forget")
+        temporary.write_bytes(b"".join(kept))
+        os.replace(temporary, output)
+    return lost
