@@ -204,7 +204,7 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(current))
         yield current
-        todo += [getattr(current, "exc_info", (None, None))[1], getattr(current, "cause", None),
+        todo += [(getattr(current, "exc_info", None) or (None, None))[1], getattr(current, "cause", None),
                  current.__cause__, current.__context__]
 
 
@@ -225,7 +225,7 @@ def retry_after(value: str | None) -> float | None:
 _BY_MESSAGE = [  # yt-dlp's messages as YouTube words them, lower-cased
     ("private", ("private video", "video is private")),
     ("age_restricted", ("confirm your age", "age-restricted", "inappropriate for some users")),
-    ("geo_blocked", ("not available in your country", "blocked it in your country", "geo restrict")),
+    ("geo_blocked", ("available in your country", "blocked it in your country", "geo restrict")),
     ("rate_limited", ("too many requests", "not a bot", "rate-limit", "http error 429")),
     ("unavailable", ("video unavailable", "has been removed", "does not exist", "no longer available",
                      "http error 404", "http error 410", "unsupported url", "account associated",
