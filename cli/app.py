@@ -93,7 +93,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 def load(target: str, name: str, panel: str | None = None):
     """The click command of "module:name": a function that stage_command or command made, or a
     pipeline's RecordStage."""
-    from vi.cli.stage import optional_values, record_stage_command
+    from vi.cli.stage import finish_command, record_stage_command
     from vi.core.stream import RecordStage
 
     module, _, attr = target.partition(":")
@@ -103,7 +103,7 @@ def load(target: str, name: str, panel: str | None = None):
     holder = typer.Typer(rich_markup_mode="rich", context_settings=CONTEXT, add_completion=False)
     holder.command(name, rich_help_panel=panel, **function.typer_command)(function)
     built = typer.main.get_command(holder)
-    optional_values(built)
+    finish_command(built)
     return built
 
 

@@ -33,6 +33,9 @@ def probe_command(
 ):
     lines: list[str | bytes] = []  # decoded line by line: one bad byte costs one line
     if list_file is not None:
+        if list_file.is_dir():  # else open() says only "Is a directory"
+            raise ValueError(f"--list takes a text file of paths, one per line; {list_file} is a folder: give "
+                             f"it as an argument (vi probe {list_file}) and its videos are found in it")
         lines += probe.read_lines(list_file)
     if opts.input is not None:
         lines += probe.read_lines(opts.input)

@@ -113,10 +113,14 @@ def retry_kinds(text: str | None) -> frozenset[str] | None:
     return kinds
 
 
-def optional_values(command: Any) -> None:
-    """Let --retry-errors stand alone: alone, or before another option, it means RETRY_FLAG_ALONE.
-    (click's optional option values are not in the click that typer carries, so the arguments are
-    completed before they are parsed.)"""
+def finish_command(command: Any) -> None:
+    """What typer cannot say, done to the built command: the hidden catch-all argument (STRAY) kept
+    out of the usage line, and --retry-errors allowed to stand alone: alone, or before another
+    option, it means RETRY_FLAG_ALONE (click's optional option values are not in the click that
+    typer carries, so the arguments are completed before they are parsed)."""
+    for param in getattr(command, "params", []):
+        if param.name == STRAY:
+            param.get_usage_pieces = lambda ctx: []
     if not any("--retry-errors" in getattr(p, "opts", ()) for p in getattr(command, "params", [])):
         return
     parse = command.parse_args
@@ -181,6 +185,38 @@ def _with_config(fn: Callable, config: type | None, skip: tuple[str, ...], share
     return own + from_config + shared, split
 
 
+STRAY = "stray_arguments"
+_STRAY = inspect.Parameter(STRAY, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+    Optional[list[str]], typer.Argument(hidden=True, show_default=False, metavar="")])
+
+
+def _takes_arguments(params: list[inspect.Parameter]) -> bool:
+    return any(isinstance(meta, typer.models.ArgumentInfo)
+               for p in params for meta in typing.get_args(p.annotation)[1:])
+
+
+def refuse_stray(name: str, stray: list[str] | None) -> None:
+    """A stage that reads records only, given a path where it takes none (`vi transcribe video.mp4`):
+    say where records come from, and, for a video, which command takes it, instead of click's
+    'unexpected extra argument'."""
+    if not stray:
+        return
+    first = Path(stray[0])
+    if first.is_file():
+        from vi.core.records import NotRecords, SNIFF_BYTES, refuse_binary
+
+        with open(first, "rb") as handle:
+            try:
+                refuse_binary(handle.read(SNIFF_BYTES), first, name.removeprefix("vi "))
+            except NotRecords as exc:
+                raise ValueError(f"it takes no file arguments, it reads records (stdin or --input); "
+                                 f"{stray[0]} is {str(exc).split(' is ', 1)[1]}") from None
+        raise ValueError(f"it takes no file arguments: give a records file with --input "
+                         f"({name} -i {stray[0]}) or on stdin")
+    raise ValueError(f"it takes no arguments (got {' '.join(stray)[:200]!r}): it reads records from "
+                     f"stdin or --input FILE; see {name} --help")
+
+
 def _typer_signature(command: Callable, params: list[inspect.Parameter]) -> None:
     params = [_CONTEXT, *params]  # typer hands the command its context: its name for messages
     command.__signature__ = inspect.Signature(params)
@@ -207,6 +243,8 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
 
     def decorate(fn):
         params, split = _with_config(fn, config, from_contract, shared)
+        if not _takes_arguments(params):  # a path given anyway gets a message that says where it goes
+            params = [*params, _STRAY]
         # With a config, the placement options go to it; fn receives them too only where it names them.
         config_only = {n for n, _, _ in placement
                        if config is not None and n not in inspect.signature(fn).parameters}
@@ -214,11 +252,13 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
         @functools.wraps(fn)
         def command(**kwargs):
             name = command_name(kwargs.pop(CONTEXT_PARAM, None))
+            stray = kwargs.pop(STRAY, None)
             common = {n: kwargs.pop(n) for n, _, _ in _COMMON}
             placed = {n: kwargs.pop(n) if n in config_only else kwargs[n] for n, _, _ in placement}
             claim_stdout()  # before any library can print: stdout is for records only
             setup_logging(common["verbose"])
             try:
+                refuse_stray(name, stray)
                 if not 0 <= common["seed"] < MAX_SEED:
                     raise ValueError(f"--seed {common['seed']} is out of range: give a whole number "
                                      f"from 0 to {MAX_SEED - 1} (the engines' seeds are 32-bit)")

@@ -141,6 +141,113 @@ def open_input(path: Path | None) -> IO[bytes]:
     return open(path, "rb")
 
 
+# What a file that is not JSONL starts with (offset, bytes, what it is, the advice). A video or an
+# image given where records are expected would otherwise become hundreds of invalid_utf8 records.
+_MEDIA = "vi probe takes media and makes the records the other stages read"
+_PACKED = "an archive: unpack it, then give vi the JSONL file inside"
+SIGNATURES = (
+    (4, b"ftyp", "an MP4/MOV video", _MEDIA), (0, b"\x1a\x45\xdf\xa3", "a Matroska/WebM video", _MEDIA),
+    (8, b"AVI ", "an AVI video", _MEDIA), (8, b"WAVE", "a WAV audio file", _MEDIA),
+    (8, b"WEBP", "a WebP image", _MEDIA), (0, b"\xff\xd8\xff", "a JPEG image", _MEDIA),
+    (0, b"\x89PNG\r\n\x1a\n", "a PNG image", _MEDIA), (0, b"GIF8", "a GIF image", _MEDIA),
+    (0, b"ID3", "an MP3 audio file", _MEDIA), (0, b"fLaC", "a FLAC audio file", _MEDIA),
+    (0, b"OggS", "an Ogg audio/video file", _MEDIA), (0, b"\x00\x00\x01\xba", "an MPEG video", _MEDIA),
+    (0, b"PK\x03\x04", "a zip archive (or a file in a zip container: .npz, .pt)", _PACKED),
+    (0, b"\x1f\x8b", "a gzip-compressed file", "compressed: give vi its text (zcat FILE | vi ...)"),
+    (0, b"\xfd7zXZ\x00", "an xz-compressed file", "compressed: give vi its text (xzcat FILE | vi ...)"),
+    (0, b"\x28\xb5\x2f\xfd", "a zstd-compressed file", "compressed: give vi its text (zstdcat FILE | vi ...)"),
+    (0, b"BZh", "a bzip2-compressed file", "compressed: give vi its text (bzcat FILE | vi ...)"),
+    (0, b"7z\xbc\xaf\x27\x1c", "a 7z archive", _PACKED), (257, b"ustar", "a tar archive", _PACKED),
+    (0, b"%PDF", "a PDF document", "not records"), (0, b"PAR1", "a Parquet file", "not records: write it "
+     "out as JSON lines (pandas: df.to_json(FILE, orient='records', lines=True))"),
+    (0, b"\x93NUMPY", "a NumPy array file", "not records"), (0, b"\x7fELF", "a program", "not records"),
+)
+SNIFF_BYTES = 8192
+
+
+class NotRecords(ValueError):
+    """An input that is not JSONL records at all (a video, an archive): refused before any record,
+    exit 2, saying what it is and what takes it."""
+
+
+def _name(path: Path | None) -> str:
+    return "stdin" if path is None or str(path) == "-" else f"--input {path}"
+
+
+def refuse_binary(head: bytes, path: Path | None, stage: str) -> None:
+    """Raise NotRecords when `head`, the input's first bytes, is a known binary format or holds a NUL
+    byte (UTF-8 text never does); a text file in another encoding is left to the line reader,
+    which says so line by line (invalid_utf8)."""
+    for offset, magic, what, advice in SIGNATURES:
+        if head[offset:offset + len(magic)] == magic:
+            break
+    else:
+        if b"\x00" not in head:
+            return
+        what, advice = "a binary file", "not records"
+    shown = "FILE" if path is None or str(path) == "-" else str(path)
+    if advice == _MEDIA:
+        advice += f": vi probe {shown} | vi {stage}"
+    raise NotRecords(f"{_name(path)} is {what}, not JSONL records (one JSON object per line); {advice}")
+
+
+def is_json_document(head: bytes) -> bool:
+    """True when the input opens as a JSON document, not JSON lines: an array of objects (`[{` on one
+    line, or `[` alone), or an object printed over several lines (a first line that is `{` alone, as
+    `json.dump(indent=...)` and `jq .` write it). None of these can be a record line, so nothing that
+    is JSONL is taken for one; a line such as `[1, 2]` stays a bad line of JSONL (invalid_json)."""
+    first = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").split(b"\n", 1)[0].rstrip(b" \t\r")
+    return first in (b"{", b"[") or (first.startswith(b"[") and first[1:].lstrip(b" \t").startswith(b"{"))
+
+
+def iter_document(source: IO[bytes], stage: str, path: Path | None = None) -> Iterator[Record]:
+    """The records of a JSON document: each object it holds, each object of an array it holds (a
+    stream of several documents, `jq .`'s output, too). An element that is not an object becomes an
+    invalid_json error record, as a bad line does; a document that is not JSON is refused whole."""
+    data = source.read().removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotRecords(f"{_name(path)} is a JSON document that is not UTF-8 (byte {exc.start + 1}); convert "
+                         "it (iconv -f latin1 -t utf-8 FILE)") from None
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant, strict=False)
+    position, values = 0, []
+    while True:
+        while position < len(text) and text[position] in " \t\r\n":
+            position += 1
+        if position >= len(text):
+            break
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except ValueError as exc:
+            raise NotRecords(f"{_name(path)} is a JSON document (it opens with {text[position]!r}, not one object "
+                             f"per line) and is not valid JSON ({exc}); fix it, or give JSON lines "
+                             "(jq -c '.[]' FILE for an array, jq -c . FILE for objects)") from None
+        values.append((text.count("\n", 0, position) + 1, value))
+        position = end
+    for lineno, value in values:
+        for item in value if isinstance(value, list) else [value]:
+            raw = json.dumps(item, ensure_ascii=False)
+            record = (item if isinstance(item, dict) else
+                      invalid_line_record(stage, raw, lineno, f"{_JSON_TYPES.get(type(item), 'a JSON value')} "
+                                          "in the JSON document, not a JSON object"))
+            yield record if REJECTED in record else ensure_id(record, stage, lineno)
+
+
+def open_records(path: Path | None, stage: str) -> tuple[IO[bytes], bool]:
+    """The input opened, refused at once when it is not records (refuse_binary), and whether it is a
+    JSON document rather than JSON lines (its first bytes peeked, nothing consumed)."""
+    source = open_input(path)
+    try:
+        head = source.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(source, "peek") else b""
+        refuse_binary(head, path, stage)
+    except BaseException:
+        if source is not sys.stdin.buffer:
+            source.close()
+        raise
+    return source, is_json_document(head)
+
+
 def iter_records(source: IO[bytes], stage: str) -> Iterator[Record]:
     """Parse JSONL from a binary stream; blank lines are skipped, bad lines become error records."""
     for lineno, text, line in decode_lines(source):
@@ -154,7 +261,25 @@ def iter_records(source: IO[bytes], stage: str) -> Iterator[Record]:
 
 
 def read_records(path: Path | None, stage: str) -> Iterator[Record]:
-    source = open_input(path)
+    """The records of FILE (None or "-": stdin). The input is checked here, before a record is asked
+    for: a video, an image or an archive is refused at once (NotRecords, exit 2); a JSON document (a
+    pretty-printed object, an array) is read as the records it holds, since what it means is plain
+    and refusing it would only send the user to `jq -c` for the same records."""
+    source, document = open_records(path, stage)
+    if not document:
+        return _read(source, stage)
+    try:  # read whole now (a document is one value): a broken one is refused before anything is written
+        records = list(iter_document(source, stage, path))
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    from vi.core.progress import log
+
+    log.info("%s is a JSON document, not JSON lines: read as the %d records it holds", _name(path), len(records))
+    return iter(records)
+
+
+def _read(source: IO[bytes], stage: str) -> Iterator[Record]:
     try:
         yield from iter_records(source, stage)
     finally:
@@ -171,7 +296,9 @@ def count_file(path: Path | None, shard) -> int | None:
     """How many records of FILE a run will see (for the progress bar's ETA); None for stdin."""
     if path is None or str(path) == "-":
         return None
-    if shard is None:  # no need to parse: count the non-blank lines
+    with open(path, "rb") as handle:
+        document = is_json_document(handle.read(SNIFF_BYTES))
+    if shard is None and not document:  # no need to parse: count the non-blank lines
         with open(path, "rb") as handle:
             return sum(1 for line in handle if line.strip())
     return count_in_shard(read_records(path, "count"), shard)

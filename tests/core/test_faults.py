@@ -213,3 +213,71 @@ def test_messages_that_point_the_right_way(clip, tmp_path):
 
     with pytest.raises(SetupError, match="not a CTranslate2 Whisper model"):
         asr_model_path("/etc/passwd")
+
+
+# --- the wrong kind of input: a JSON document, a video, a path where records are expected ---------
+
+@pytest.mark.parametrize("indent", [2, None])
+def test_a_json_document_given_as_input_is_read_as_its_records(tmp_path, indent):
+    """A pretty-printed object (the release's transcripts), or an array of records, is read as the
+    records it holds, not as one invalid_json record per line."""
+    # records an earlier stage failed pass through untouched: the reader is what is tested, no model runs
+    upstream = [{"stage": "probe", "kind": "missing_media", "message": "gone"}]
+    cooker = {"id": "cooker", "transcript": {"segments": [{"start": 0, "end": 2, "text": "Hi."}]}, "errors": upstream}
+    single, many = tmp_path / "one.json", tmp_path / "many.json"
+    single.write_text(json.dumps(cooker, indent=2) + "\n")
+    many.write_text(json.dumps([cooker, {**cooker, "id": "other"}], indent=indent))
+    for path, ids in ((single, ["cooker"]), (many, ["cooker", "other"])):
+        done = run_vi("transcribe", "-q", "-i", str(path))
+        assert done.returncode == 0, done.stderr
+        records = pure_jsonl(done.stdout)
+        assert [r["id"] for r in records] == ids and records[0]["transcript"] == cooker["transcript"]
+
+
+def test_a_broken_json_document_is_refused_at_once_with_jq_advice(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{\n  "id": "x",\n  "transcript": \n}\n')
+    out = tmp_path / "out.jsonl"
+    done = run_vi("extract-steps", "-q", "-i", str(broken), "-o", str(out))
+    assert done.returncode == 2 and done.stdout == "" and not out.exists()
+    assert "JSON document" in done.stderr and "jq -c" in done.stderr
+
+
+@pytest.mark.parametrize("stage", ["transcribe", "extract-steps"])
+def test_a_video_given_as_input_is_refused_at_once_saying_what_takes_it(clip, tmp_path, stage):
+    out = tmp_path / "out.jsonl"
+    done = run_vi(stage, "-i", str(clip), "-o", str(out))
+    assert done.returncode == 2 and done.stdout == "" and not out.exists()
+    assert f"--input {clip} is an MP4/MOV video, not JSONL records" in done.stderr
+    assert f"vi probe {clip} | vi {stage}" in done.stderr
+    piped = subprocess.run([VI, stage, "-q"], input=clip.read_bytes(), capture_output=True)
+    assert piped.returncode == 2 and piped.stdout == b"" and b"stdin is an MP4/MOV video" in piped.stderr
+
+
+def test_an_archive_and_a_binary_file_are_refused(tmp_path):
+    import gzip
+
+    packed = tmp_path / "records.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"id": "a"}\n'))
+    done = run_vi("transcribe", "-i", str(packed))
+    assert done.returncode == 2 and "gzip-compressed" in done.stderr and "zcat" in done.stderr
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x01\x02\x00\x00" * 100)
+    done = run_vi("transcribe", "-i", str(blob))
+    assert done.returncode == 2 and "a binary file, not JSONL records" in done.stderr
+
+
+def test_a_path_given_to_a_stage_that_reads_records_says_where_it_goes(clip, tmp_path):
+    done = run_vi("transcribe", str(clip))
+    assert done.returncode == 2 and "unexpected extra argument" not in done.stderr
+    assert f"vi probe {clip} | vi transcribe" in done.stderr
+    records = tmp_path / "in.jsonl"
+    records.write_text('{"id": "a"}\n')
+    done = run_vi("transcribe", str(records))
+    assert done.returncode == 2 and f"vi transcribe -i {records}" in done.stderr
+
+
+def test_probe_list_given_a_folder_says_to_pass_it_as_an_argument(tmp_path):
+    done = run_vi("probe", "--list", str(tmp_path))
+    assert done.returncode == 2 and "Is a directory" not in done.stderr
+    assert f"vi probe {tmp_path}" in done.stderr
