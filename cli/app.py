@@ -37,6 +37,7 @@ TABLE: dict[str, dict[str, str | Group]] = {
         "transcribe": "vi.pipelines.common.transcribe:TRANSCRIBE",
         "models": "vi.cli.models:models_command",
         "view": "vi.cli.view:view_command",
+        "status": "vi.cli.status:status_command",
         "eval": Group("Score predictions: StepDiff's benchmarks (DiffCap, DiffMCQ, DiffRank) as the official "
                       "script does and its DiffMCQ instances, ShowHowTo's generated sequences, and "
                       "ProgressCaptioner's frame captions (FrameCapEval).", {
