@@ -34,9 +34,9 @@ LLM_HELP = (
     "The chat LLM. REF (or llama.cpp:REF): a GGUF model run here by llama.cpp, as an alias from `vi models`, "
     "a .gguf path or a cached hub id (the default, offline). transformers:REF: a model run here by "
     "transformers, batched on a GPU with --concurrency. openai:MODEL@URL: an OpenAI-compatible server "
-    "(vLLM, SGLang, TGI, llama.cpp's server, a hosted API), like openai:Qwen/Qwen2.5-7B-Instruct@"
-    "http://127.0.0.1:8000/v1; its key from VI_LLM_API_KEY or OPENAI_API_KEY. The records' model field "
-    "says which one wrote them.")
+    "(vLLM, SGLang, TGI, llama.cpp's server, a hosted API), like openai:NAME@http://host:8000/v1 "
+    "(NAME as the server lists it, e.g. Qwen/Qwen2.5-7B-Instruct); its key from VI_LLM_API_KEY or "
+    "OPENAI_API_KEY. The records' model field says which one wrote them.")
 
 
 @dataclass(frozen=True, kw_only=True)

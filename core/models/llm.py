@@ -50,11 +50,28 @@ def llama_gpu_layers(device: str) -> int:
     supported = gpu_offload_supported()
     if kind == "auto":
         return -1 if supported else 0
+    if not supported and not _machine_has(kind):  # the machine's lack first, as every stage says it
+        raise ValueError(f"--device {device}: no {kind} device is available here")
     if not supported:
         raise ValueError(f"--device {device}: this llama-cpp-python build has no GPU backend; "
                          "reinstall it with CMAKE_ARGS='-DGGML_CUDA=on' (or -DGGML_METAL=on) "
                          "and `pip install --force-reinstall --no-cache-dir llama-cpp-python`")
     return -1
+
+
+def _machine_has(kind: str) -> bool:
+    """Whether this machine has a `kind` GPU at all (CTranslate2's count: lighter than importing torch)."""
+    if kind == "mps":
+        import platform
+        import sys
+
+        return sys.platform == "darwin" and platform.machine() == "arm64"
+    from vi.core.devices import cuda_device_count
+
+    try:
+        return cuda_device_count("ctranslate2") > 0
+    except Exception:  # noqa: BLE001 - no CTranslate2 or no driver: count as none only if torch agrees
+        return cuda_device_count("torch") > 0
 
 
 def gguf_path(ref: str) -> Path:

@@ -53,6 +53,11 @@ def parse_line(line: str | bytes, lineno: int) -> list[Record]:
                 line.decode("utf-8")
             except UnicodeDecodeError as exc:
                 return [undecodable_line_record(STAGE, line, lineno, exc)]
+        elif not os.path.lexists(line.strip()):  # no such file: not a path in another encoding, bad bytes
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return [undecodable_line_record(STAGE, line, lineno, exc)]
         line = os.fsdecode(line)
     text = line.strip()
     if not text or text.startswith("#"):
@@ -103,7 +108,9 @@ def assign_ids(records: list[Record]) -> tuple[list[Record], dict[str, list[str]
     by_stem: dict[str, list[int]] = defaultdict(list)
     for i, record in enumerate(records):
         if _no_id(record) and isinstance(record.get("video"), str):
-            by_stem[Path(record["video"]).stem].append(i)
+            # a file name that is not UTF-8: its bytes as \xNN in the id, which strict JSON readers take
+            stem = Path(record["video"]).stem.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            by_stem[stem].append(i)
     collisions: dict[str, list[str]] = {}
     for stem, members in by_stem.items():
         paths = [records[i]["video"] for i in members]

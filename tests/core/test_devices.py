@@ -1,5 +1,6 @@
 import pytest
 
+from conftest import run_vi
 from vi.core import devices
 from vi.core.devices import resolve_placement
 
@@ -56,3 +57,17 @@ def test_explicit_mps_is_refused_for_ctranslate2(pretend_mps):
     assert resolve_placement("mps", engine="torch").device == "mps"
     with pytest.raises(ValueError, match="--device mps.*CTranslate2.*no mps backend"):
         resolve_placement("mps", engine="ctranslate2")
+
+
+def test_llama_cpp_on_a_cuda_device_the_machine_lacks_says_so_as_every_stage_does():
+    from vi.core.devices import cuda_device_count
+    from vi.core.models.llm import gpu_offload_supported, llama_gpu_layers
+
+    if cuda_device_count("ctranslate2") > 0 or gpu_offload_supported():
+        pytest.skip("this machine has a cuda device, or llama.cpp was built with one")
+    with pytest.raises(ValueError, match="--device cuda: no cuda device is available here") as caught:
+        llama_gpu_layers("cuda")
+    assert "reinstall" not in str(caught.value)
+    done = run_vi("extract-steps", "--device", "cuda", stdin="")
+    assert done.returncode == 2 and "no cuda device is available here" in done.stderr
+    assert "reinstall" not in done.stderr

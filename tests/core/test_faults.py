@@ -281,3 +281,12 @@ def test_probe_list_given_a_folder_says_to_pass_it_as_an_argument(tmp_path):
     done = run_vi("probe", "--list", str(tmp_path))
     assert done.returncode == 2 and "Is a directory" not in done.stderr
     assert f"vi probe {tmp_path}" in done.stderr
+
+
+def test_a_line_of_bad_bytes_that_names_no_file_is_an_invalid_utf8_record():
+    done = subprocess.run([VI, "probe", "-q"], input=b"\xc3( x\n", capture_output=True)
+    (record,) = pure_jsonl(done.stdout.decode())
+    assert done.returncode == 3 and kinds(record) == ["invalid_utf8"]
+    assert base64.b64decode(record["raw_base64"]) == b"\xc3( x"
+    json.loads(done.stdout, strict=True)  # no lone surrogate anywhere
+    assert "\\ud" not in done.stdout.decode()
