@@ -61,6 +61,7 @@ from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, 
 from vi.evaluation.progresscaptioner.train_bench import bench_train_captioner, train_bench_rows
 from vi.evaluation.showhowto.generator_bench import bench_generator, generator_bench_rows
 from vi.evaluation.bench.view import bench_view, view_bench_rows
+from vi.evaluation.bench.datasets import bench_datasets, datasets_bench_rows
 from vi.evaluation.bench.tools import (
     Row,
     Sample,
@@ -385,6 +386,9 @@ def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_rep
             results["generator"] = bench_generator(work=work)
         with section("k. vi view: a report of 10,000 records in Chromium", results, "view"):
             results["view"] = bench_view(work=work)
+        with section("l. datasets: rebuild showhowto vs the release's recipe; download, 8 vs 1 in flight", results,
+                     "datasets"):
+            results["datasets"] = bench_datasets(work, min(repeats, 2))
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -398,7 +402,7 @@ def all_rows(results: dict) -> list[Row]:
             + [Row(**row) for row in results["stepdiff"]]
             + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
             + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"])
-            + view_bench_rows(results["view"]))
+            + view_bench_rows(results["view"]) + datasets_bench_rows(results["datasets"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
