@@ -16,12 +16,13 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset stepdiff-demo \
+.PHONY: install install-models-extra system-deps sample demo demo-transcribe showhowto-dataset showhowto-rebuild stepdiff-demo \
 	stepdiff-baselines stepdiff-model progresscaptioner-demo progresscaptioner-train showhowto-generator test test-fast bench wheel-check clean help
 
 help:
 	@echo "make demo    set up if needed, then run the ShowHowTo pipeline on the bundled sample"
 	@echo "make showhowto-dataset VIDEOS=list.txt OUT=dir [SHARDS=N]   the pipeline on your videos"
+	@echo "make showhowto-rebuild KEYFRAMES=... PROMPTS=... IDS=ids.txt   ShowHowTo's release from YouTube"
 	@echo "make stepdiff-demo   StepDiff's clips | describe | pair | pair-qa on two sample fruit salads"
 	@echo "make stepdiff-baselines   then vi predict (Socratic) + vi eval on a benchmark of those clips"
 	@echo "make stepdiff-model   then vi encode-videos | vi train stepdiff, vi ask, vi predict + vi eval"
@@ -256,6 +257,23 @@ showhowto-dataset: $(STAMPS)/install
 	cat $(OUT)/work/aligned.*-of-$(SHARDS).jsonl > $(OUT)/aligned.jsonl
 	$(VI) export showhowto --out $(OUT)/dataset --index-only
 	@echo "dataset: $(OUT)/dataset (prompts.json + imgseqs*/); records: $(OUT)/aligned.jsonl"
+
+# ShowHowTo's released dataset rebuilt from the original videos (docs/datasets.md): vi download fetches
+# the YouTube ids of IDS into $(OUT)/videos, vi rebuild showhowto cuts the release's keyframes out of
+# them into $(OUT)/ShowHowTo (prompts.json + imgseqs*/). Both resume: run it again after a kill. SHARD=I/N
+# does one shard of each (a Slurm array task: SHARD=$$SLURM_ARRAY_TASK_ID/$$SLURM_ARRAY_TASK_COUNT).
+# Exit 3 (some videos failed: their records say why) does not stop it.
+REBUILD_TAG = $(if $(SHARD),.$(subst /,-of-,$(SHARD)))
+showhowto-rebuild: $(STAMPS)/install
+	@[ -n "$(KEYFRAMES)" ] && [ -n "$(PROMPTS)" ] && [ -n "$(IDS)" ] || { echo "usage: make showhowto-rebuild \
+	KEYFRAMES=keyframes.json|dir PROMPTS=prompts.json IDS=ids.txt [OUT=dir] [SHARD=I/N]"; exit 2; }
+	mkdir -p $(OUT)/rebuild
+	$(VI) download -i $(IDS) --out $(OUT)/videos $(if $(SHARD),--shard $(SHARD)) -q --resume \
+	  -o $(OUT)/rebuild/downloaded$(REBUILD_TAG).jsonl || [ $$? = 3 ]
+	$(VI) rebuild showhowto -i $(OUT)/rebuild/downloaded$(REBUILD_TAG).jsonl --keyframes $(KEYFRAMES) \
+	  --prompts $(PROMPTS) --out $(OUT)/ShowHowTo $(if $(SHARD),--shard $(SHARD)) -q --resume \
+	  -o $(OUT)/rebuild/rebuilt$(REBUILD_TAG).jsonl || [ $$? = 3 ]
+	@echo "dataset: $(OUT)/ShowHowTo (prompts.json + imgseqs*/); records: $(OUT)/rebuild/"
 
 test: $(STAMPS)/install
 	$(BIN)/python -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
