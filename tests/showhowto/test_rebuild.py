@@ -47,6 +47,21 @@ def test_frames_are_the_recipes_bytes_with_seeking_and_without(videos):
     assert times[:4] == [0.0, 0.6, 0.6, 1.8] and times[-1] == 28.8  # 1.25 s: slot 7 (1.4 s), then 2 more
 
 
+@pytest.mark.parametrize("encoding", [
+    # NTSC's 23.976 fps, and timestamps that start at 1.3 s with the video 24 ms after the audio
+    ("-r", "24000/1001", "-c:v", "libx264", "-bf", "3", "-g", "50", "-c:a", "aac", "-output_ts_offset", "1.3"),
+    ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60", "-an"),  # YouTube's other codec
+], ids=["offset-ntsc-h264", "vp9-webm"])
+def test_the_bytes_match_on_other_codecs_rates_and_start_times(encoding, tmp_path):
+    video = tmp_path / ("clip.webm" if "libvpx-vp9" in encoding else "clip.mp4")
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=128x72:rate=30:duration=30", "-f", "lavfi", "-i",
+           "sine=duration=30", "-pix_fmt", "yuv420p", *encoding, "-shortest", str(video))
+    keyframes = [Keyframe(0.9, 1), Keyframe(1.3, 0), Keyframe(25.3, 2), Keyframe(28.1, 3)]
+    frames, _ = frames_of(video, keyframes)
+    for keyframe, frame in zip(keyframes, frames):
+        assert frame.tobytes() == recipe_frame(video, keyframe, 128, 72), keyframe
+
+
 def test_a_keyframe_past_the_end_fails_the_record_as_the_recipe_finds_nothing(videos):
     video = videos["vidBBBBBBB2"]
     late = Keyframe(5.5, 9)
