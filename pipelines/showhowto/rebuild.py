@@ -292,7 +292,7 @@ class RebuildConfig(ExportConfig):
         "The release's keyframes: a keyframes.json {video id: [{start_sec, frame_idx}, ...]}, or a "
         "folder of <video id>.json or <video id>/keyframes.json."))
     prompts: Path = option(panel=DATASET_PANEL, show_default=False, help=(
-        "The release's prompts.json, {video id: [one prompt per keyframe]}."))
+        "The release's prompts.json: {video id: a list of prompts, one per keyframe}."))
     video_root: Path | None = option(None, panel=DATASET_PANEL, help=(
         "Where the videos are: ROOT/<id>.<ext> or vi download's ROOT/<hash>/<id>.<ext>. A record "
         "of --input with a 'video' path uses that instead."))
