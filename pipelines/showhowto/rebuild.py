@@ -11,7 +11,7 @@ The same frames, decoding less (`frames_of`): the 5 fps stream's frames are numb
 in the filter's 1/5 s time base, the first one F, so keyframe (S, I) is the frame whose pts is
 max(C, F) + I, where C is the first pts whose time `pts * 0.2` is >= S in the double arithmetic
 the select filter does. One tiny pass reads F; then all of a video's keyframes are selected by
-pts in one ffmpeg process per cluster of nearby keyframes, seeking to shortly before the cluster.
+pts in one ffmpeg process per cluster of nearby keyframes, seeking to 1 s before the cluster.
 The fps filter gives a slot the last input frame whose rounded pts is not past it, so a pass that
 starts before that frame sees the same frame in the same slot; a pass that finds fewer frames
 than asked (its first slot came after a target: a long gap between frames) is done again from
@@ -43,8 +43,13 @@ from vi.pipelines.showhowto.export_writers import ImgseqWriter, Sequence, safe_k
 STAGE = "rebuild showhowto"
 RECIPE_FPS = 5  # the release's command: fps=5
 SLOT = 1 / RECIPE_FPS  # av_q2d(1/5): what the select filter multiplies a pts by to get t
-CLUSTER_GAP_S = 20.0  # keyframes closer than this share one decoding pass (a pass costs ~0.1 s to start)
-SEEK_MARGIN_S = 3.0  # a pass starts this long before its first keyframe (frames up to 3 s apart are safe)
+# Keyframes closer than this share one decoding pass: starting a pass (a process, a seek, the GOP
+# before the seek point) costs about what decoding 8 s of 360p video does.
+CLUSTER_GAP_S = 8.0
+# A pass starts this long before its first keyframe. Any margin gives the same bytes (a pass whose
+# first 5 fps slot comes after a target returns too few frames and is redone from the start); this
+# one makes that rare, since it holds unless frames are over 0.9 s apart.
+SEEK_MARGIN_S = 1.0
 DECODE_TIMEOUT_S = 3600
 
 EXPECTED_LAYOUT = """\

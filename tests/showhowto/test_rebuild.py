@@ -62,6 +62,20 @@ def test_the_bytes_match_on_other_codecs_rates_and_start_times(encoding, tmp_pat
         assert frame.tobytes() == recipe_frame(video, keyframe, 128, 72), keyframe
 
 
+def test_a_seek_that_lands_after_a_keyframes_frame_is_redone_from_the_start(tmp_path, monkeypatch):
+    video = tmp_path / "slides.mp4"  # one frame a second: the 5 fps slot at 20.6 s shows the frame of 20 s
+    ffmpeg("-f", "lavfi", "-i", "testsrc=size=64x48:rate=1:duration=30", "-c:v", "libx264", "-pix_fmt",
+           "yuv420p", str(video))
+    monkeypatch.setattr(rebuild, "SEEK_MARGIN_S", 0.0)
+    seeks = []
+    real = rebuild._pass
+    monkeypatch.setattr(rebuild, "_pass", lambda *args: (seeks.append(args[-1]), real(*args))[1])
+    keyframe = Keyframe(20.5, 0)
+    frames, _ = frames_of(video, [keyframe])
+    assert seeks == [pytest.approx(20.6), None]  # the seeked pass found no frame for slot 103: redone
+    assert frames[0].tobytes() == recipe_frame(video, keyframe, 64, 48)
+
+
 def test_a_keyframe_past_the_end_fails_the_record_as_the_recipe_finds_nothing(videos):
     video = videos["vidBBBBBBB2"]
     late = Keyframe(5.5, 9)
