@@ -152,25 +152,34 @@ def find_download(root: Path, record_id: str) -> Path | None:
 
 
 _archive_lock = threading.Lock()
+_archives: dict[Path, dict[str, str]] = {}  # OUT -> {id: path under OUT}, read once per process
+
+
+def _listing(root: Path) -> dict[str, str]:
+    """OUT/archive.txt as read when this process first looked (held: at HowTo100M's scale a read per
+    record would cost more than the downloads); what other processes add is found on disk instead."""
+    key = root.resolve()
+    if key not in _archives:
+        listing = root / ARCHIVE
+        lines = listing.read_text("utf-8", "surrogateescape").splitlines() if listing.is_file() else []
+        _archives[key] = dict(line.partition("\t")[::2] for line in lines if "\t" in line)
+    return _archives[key]
 
 
 def _archive(root: Path, record_id: str, path: Path) -> None:
-    line = f"{record_id}\t{path.relative_to(root)}\n".encode("utf-8", "surrogatepass")
-    with _archive_lock, open(root / ARCHIVE, "ab") as handle:  # one write of one whole line
-        handle.write(line)
+    where = str(path.relative_to(root))
+    line = f"{record_id}\t{where}\n".encode("utf-8", "surrogatepass")
+    with _archive_lock:
+        with open(root / ARCHIVE, "ab") as handle:  # one write of one whole line
+            handle.write(line)
+        _listing(root)[record_id] = where
 
 
 def archived(root: Path, record_id: str) -> Path | None:
     """The file the archive lists for `record_id`, when it is still there."""
-    listing = root / ARCHIVE
-    if not listing.is_file():
-        return None
     with _archive_lock:
-        for line in listing.read_text("utf-8", "surrogateescape").splitlines():
-            key, _, where = line.partition("\t")
-            if key == record_id and (root / where).is_file():
-                return root / where
-    return None
+        where = _listing(root).get(record_id)
+    return root / where if where is not None and (root / where).is_file() else None
 
 
 # --- a 429 pauses everyone ------------------------------------------------------------------
