@@ -78,6 +78,7 @@ def test_clips_from_a_benchmark_file_are_checked_against_their_videos(video_root
     out = jsonl(done.stdout)
     good = [r for r in out if not has_errors(r)]
     assert [r["id"] for r in good] == ["abc_DEF-1_0.5_2.25", "_S2X_1_3", "xyz_1_2"]  # each clip once
+    assert good[0].pop("provenance")["clips"]["vi"]  # how the stage was configured (docs/records.md)
     assert good[0] == {"id": "abc_DEF-1_0.5_2.25", "video": str(video_root / "abc_DEF-1.mp4"), "start": 0.5,
                        "end": 2.25, "keystep": None, "source_id": "abc_DEF-1", "video_duration": 4.0}
     errors = errors_of(out)
