@@ -10,8 +10,8 @@ are its sequence: `imgseqs/<youtube id>.jpg`, with `prompts.json` = {id: prompts
 The same frames, decoding less (`frames_of`): the 5 fps stream's frames are numbered by their pts
 in the filter's 1/5 s time base, the first one F, so keyframe (S, I) is the frame whose pts is
 max(C, F) + I, where C is the first pts whose time `pts * 0.2` is >= S in the double arithmetic
-the select filter does. One tiny pass reads F; then all of a video's keyframes are selected by
-pts in one ffmpeg process per cluster of nearby keyframes, seeking to 1 s before the cluster.
+the select filter does. One ffmpeg process per video reads F and selects all its keyframes by
+pts: one input per cluster of nearby keyframes, seeked to 1 s before the cluster.
 The fps filter gives a slot the last input frame whose rounded pts is not past it, so a pass that
 starts before that frame sees the same frame in the same slot; a pass that finds fewer frames
 than asked (its first slot came after a target: a long gap between frames) is done again from
@@ -213,42 +213,68 @@ def recipe_frame(video: str | Path, keyframe: Keyframe, width: int, height: int)
     return done.stdout[:width * height * 3]
 
 
-_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*(-?\d+)\b.*?\bs:(\d+)x(\d+)")
+_SHOWINFO = re.compile(rb"\bn:\s*0\s+pts:\s*(-?\d+)\b.*?\bs:(\d+)x(\d+)")
+
+
+@dataclass(frozen=True)
+class _Job:
+    pts: list[int]  # sorted, distinct
+    seek_s: float | None  # None: from the video's start
+
+
+def _run(video: Path, jobs: list[_Job], probe: bool) -> tuple[tuple[int, int, int] | None, list[list[bytes]]]:
+    """One ffmpeg process: with `probe`, the 5 fps stream's first pts F and the frames' size; and per
+    job, the frames of the 5 fps stream at its pts, in order (fewer when the stream has fewer).
+
+    Each job is an input of its own, seeked and cut short (-t), feeding an output file of its own, so
+    a video costs one process however many clusters it has. The filters are the recipe's; its
+    `-s WxH` at the native size is left out (the same rgb24 conversion is inserted without it, and
+    the size is known only once the process has run); -fps_mode passthrough so that rawvideo's
+    constant-rate default does not repeat a frame into the gaps between the selected ones."""
+    inputs: list[str] = []
+    outputs: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="vi-rebuild-") as folder:
+        if probe:
+            inputs += ["-i", str(video)]
+            outputs += ["-map", "0:V:0", "-vf", "fps=5,showinfo", "-vframes", "1", "-f", "null", "-"]
+        for job in jobs:
+            if job.seek_s is not None:
+                span = (job.pts[-1] - job.pts[0]) * SLOT + SEEK_MARGIN_S + 2.0  # past the last target
+                inputs += ["-ss", f"{job.seek_s:.6f}", "-t", f"{span:.6f}", "-copyts", "-start_at_zero"]
+            inputs += ["-i", str(video)]
+            index = inputs.count("-i") - 1
+            chosen = "+".join(f"eq(pts\\,{p})" for p in job.pts)
+            outputs += ["-map", f"{index}:V:0", "-an", "-sn", "-dn", "-vf", f"fps=5,select={chosen}",
+                        "-pix_fmt", "rgb24", "-fps_mode", "passthrough", "-vframes", str(len(job.pts)),
+                        "-f", "rawvideo", "-y", f"{folder}/{index}.raw"]
+        command = [_ffmpeg(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "info" if probe else "error",
+                   *inputs, *outputs]
+        done = subprocess.run(command, capture_output=True, timeout=DECODE_TIMEOUT_S, check=False)
+        found = _SHOWINFO.search(done.stderr) if probe else None
+        if probe and found is None:
+            raise RecordError("unreadable_media", f"{video}: ffmpeg finds no video frame in it "
+                              f"({_last(done)}); re-download it")
+        first = (int(found.group(1)), int(found.group(2)), int(found.group(3))) if found else None
+        frames = []
+        size = first[1] * first[2] * 3 if first else None
+        for index in range(int(probe), int(probe) + len(jobs)):
+            path = Path(folder) / f"{index}.raw"
+            data = path.read_bytes() if path.exists() else b""
+            frames.append(data if size is None else [data[i:i + size] for i in range(0, len(data) - size + 1, size)])
+    if done.returncode != 0 and not any(frames):
+        raise RecordError("unreadable_frame", f"{video}: ffmpeg stopped decoding ({_last(done)}); re-download it")
+    return first, frames
+
+
+def _last(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in done.stderr.decode(errors="replace").strip().splitlines() if "showinfo" not in line]
+    return lines[-1] if lines else f"exit {done.returncode}"
 
 
 def first_slot(video: Path) -> tuple[int, int, int]:
     """(F, width, height): the pts of the 5 fps stream's first frame and the frames' native size."""
-    command = [_ffmpeg(), "-hide_banner", "-nostdin", "-i", str(video), "-an", "-sn", "-dn",
-               "-vf", "fps=5,showinfo", "-vframes", "1", "-f", "null", "-"]
-    done = subprocess.run(command, capture_output=True, timeout=DECODE_TIMEOUT_S, check=False)
-    found = _SHOWINFO.search(done.stderr)
-    if done.returncode != 0 or found is None:
-        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        raise RecordError("unreadable_media", f"{video}: ffmpeg finds no video frame in it ({last[0]}); "
-                          "re-download it")
-    return int(found.group(1)), int(found.group(2)), int(found.group(3))
-
-
-def _pass(video: Path, pts: list[int], width: int, height: int, seek_s: float | None) -> list[bytes]:
-    """The frames of the 5 fps stream at `pts` (sorted, distinct), in order; fewer when the stream
-    has fewer. The command's own filters and conversion; -fps_mode passthrough so that rawvideo's
-    constant-rate default does not repeat a frame into the gaps between the selected ones."""
-    seek = [] if seek_s is None else ["-ss", f"{seek_s:.6f}", "-copyts", "-start_at_zero"]
-    chosen = "+".join(f"eq(pts\\,{p})" for p in pts)
-    command = [_ffmpeg(), "-hide_banner", "-nostdin", "-loglevel", "error", *seek, "-i", str(video),
-               "-an", "-sn", "-dn", "-f", "rawvideo", "-pix_fmt", "rgb24",
-               "-vf", f"fps=5,select={chosen}", "-s", f"{width}x{height}",
-               "-fps_mode", "passthrough", "-vframes", str(len(pts)), "pipe:"]
-    # The frames go to a file, not a pipe: ffmpeg's messages then cannot fill a pipe we do not read.
-    with tempfile.TemporaryFile() as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, timeout=DECODE_TIMEOUT_S, check=False)
-        out.seek(0)
-        data = out.read()
-    size = width * height * 3
-    if done.returncode != 0 and len(data) < size * len(pts):
-        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        raise RecordError("unreadable_frame", f"{video}: ffmpeg stopped decoding ({last[0]}); re-download it")
-    return [data[i:i + size] for i in range(0, len(data) - size + 1, size)]
+    first, _ = _run(video, [], probe=True)
+    return first  # type: ignore[return-value]
 
 
 def clusters(pts: list[int], gap_s: float = CLUSTER_GAP_S) -> Iterator[list[int]]:
@@ -263,18 +289,37 @@ def clusters(pts: list[int], gap_s: float = CLUSTER_GAP_S) -> Iterator[list[int]
         yield run
 
 
+def _plan(wanted: list[int], seek: bool) -> list[_Job]:
+    if not seek:
+        return [_Job(sorted(set(wanted)), None)]
+    jobs = []
+    for run in clusters(wanted):
+        start = run[0] * SLOT - SEEK_MARGIN_S
+        jobs.append(_Job(run, start if start > 0 else None))
+    return jobs
+
+
 def frames_of(video: Path, keyframes: list[Keyframe], seek: bool = True) -> tuple[list[np.ndarray], list[float]]:
-    """The keyframes' frames (H, W, 3) uint8, the release's bytes, and their times in the 5 fps stream."""
-    first, width, height = first_slot(video)
+    """The keyframes' frames (H, W, 3) uint8, the release's bytes, and their times in the 5 fps stream.
+
+    One ffmpeg process reads F and decodes every cluster, its targets computed as if F were at most
+    every keyframe's C (a video's first frame at its start); when F turns out larger, or a seeked
+    cluster comes back short, a second process decodes what is left from the video's start."""
+    assumed = [k.target + k.frame_idx for k in keyframes]
+    jobs = _plan(assumed, seek)
+    first_info, outputs = _run(video, jobs, probe=True)
+    first, width, height = first_info  # type: ignore[misc]
     wanted = [max(k.target, first) + k.frame_idx for k in keyframes]
     got: dict[int, bytes] = {}
-    runs = list(clusters(wanted)) if seek else [sorted(set(wanted))]
-    for run in runs:
-        start = run[0] * SLOT - SEEK_MARGIN_S
-        frames = _pass(video, run, width, height, start if seek and start > 0 else None)
-        if len(frames) < len(run) and seek and start > 0:
-            frames = _pass(video, run, width, height, None)  # the margin was too short: from the start
-        got.update(zip(run, frames))
+    if wanted == assumed:
+        for job, frames in zip(jobs, outputs):
+            if len(frames) == len(job.pts) or job.seek_s is None:
+                got.update(zip(job.pts, frames))
+    left = sorted({p for p in wanted if p not in got})
+    if left:
+        _, (frames,) = _run(video, [_Job(left, None)], probe=False)
+        size = width * height * 3
+        got.update(zip(left, [frames[i:i + size] for i in range(0, len(frames) - size + 1, size)]))
     missing = [i for i, p in enumerate(wanted) if p not in got]
     if missing:
         k = keyframes[missing[0]]

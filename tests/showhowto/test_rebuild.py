@@ -68,8 +68,9 @@ def test_a_seek_that_lands_after_a_keyframes_frame_is_redone_from_the_start(tmp_
            "yuv420p", str(video))
     monkeypatch.setattr(rebuild, "SEEK_MARGIN_S", 0.0)
     seeks = []
-    real = rebuild._pass
-    monkeypatch.setattr(rebuild, "_pass", lambda *args: (seeks.append(args[-1]), real(*args))[1])
+    real = rebuild._run
+    monkeypatch.setattr(rebuild, "_run", lambda video, jobs, probe: (seeks.extend(j.seek_s for j in jobs),
+                                                                      real(video, jobs, probe))[1])
     keyframe = Keyframe(20.5, 0)
     frames, _ = frames_of(video, [keyframe])
     assert seeks == [pytest.approx(20.6), None]  # the seeked pass found no frame for slot 103: redone
