@@ -188,3 +188,19 @@ def test_a_record_of_vi_download_names_its_video(videos, tmp_path):
     record = {"id": "x", "youtube_id": "vidBBBBBBB2", "video": str(videos["vidBBBBBBB2"])}
     assert rebuild.find_video(record, config.video_root) == videos["vidBBBBBBB2"]
     assert rebuild.video_id(record) == "vidBBBBBBB2"
+
+
+def test_a_resume_rebuilds_what_a_kill_took_out_of_an_unfinished_tar(tmp_path):
+    from vi.pipelines.showhowto.export_writers import Sequence, TarShardWriter
+
+    writer = TarShardWriter(tmp_path / "wds", None, maxcount=10)
+    writer.write(Sequence("kept", ["a"], [0.0], [None], None, None), b"jpeg")
+    writer.close()
+    records = tmp_path / "rebuilt.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "kept", "sequence": {"frames": 1}}, {"id": "lost", "sequence": {"frames": 1}},
+        {"id": "failed", "errors": [{"stage": "rebuild showhowto", "kind": "missing_media", "message": "-"}]})))
+    resumed = TarShardWriter(tmp_path / "wds", None, maxcount=10)
+    resumed.prepare_resume()
+    assert rebuild.forget_lost(records, resumed) == 1
+    assert [r["id"] for r in jsonl(records.read_text())] == ["kept", "failed"]
