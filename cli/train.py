@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vi.cli.stage import command, run_command
 from vi.pipelines.progresscaptioner.train_captioner import CaptionerTrainConfig
-from vi.pipelines.stepdiff.train import TrainConfig
+from vi.pipelines.stepdiff.train_config import TrainConfig
 
 
 HELP = (

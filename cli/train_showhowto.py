@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vi.cli.stage import command, run_command
-from vi.pipelines.showhowto.train_generator import GeneratorTrainConfig
+from vi.pipelines.showhowto.train_generator_config import GeneratorTrainConfig
 
 HELP = (
     "Fine-tune ShowHowTo's generator as the release's train.py does (the video U-Net learns; the autoencoder, "
