@@ -23,9 +23,11 @@ from vi.pipelines.common import probe
            "[cyan]video[/cyan] (absolute path), [cyan]duration[/cyan], [cyan]fps[/cyan], "
            "[cyan]width[/cyan], [cyan]height[/cyan], [cyan]has_video[/cyan], [cyan]has_audio[/cyan].",
     example="vi probe videos/ | vi transcribe > transcripts.jsonl",
+    config=probe.ProbeConfig,
 )
 def probe_command(
     opts: StreamOptions,
+    config: probe.ProbeConfig,
     paths: Annotated[Optional[list[str]], typer.Argument(
         help="Video files or directories.", show_default=False)] = None,
     list_file: Annotated[Optional[Path], typer.Option(
@@ -49,5 +51,5 @@ def probe_command(
         log.warning("id collision on %r: %d files, ids made unique with a path hash: %s",
                     stem, len(clashing), ", ".join(clashing))
     stage = Stage(probe.STAGE, writes=("duration", "fps", "width", "height", "has_video",
-                                       "has_audio"), process=probe.probe_record)
+                                       "has_audio"), process=probe.probe_record, concurrency=config.workers)
     return run_stage(stage, records, opts, total=lambda: count_in_shard(records, opts.shard))
