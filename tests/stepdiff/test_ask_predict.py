@@ -131,7 +131,8 @@ def test_sampled_answers_follow_the_seed_and_the_positional_form_prints_one_reco
     done = run_vi("ask", *videos, QUESTION, "--checkpoint", str(run["run"]), "--sample", "--seed", "3",
                   "--max-new-tokens", "12", "--device", "cpu", stdin="not a record: stdin is not read\n", check=True)
     records = jsonl(done.stdout)
-    assert len(records) == 1 and set(records[0]) == {"id", "reference", "candidate", "question", "answer"}
+    assert len(records) == 1 and set(records[0]) == {"id", "reference", "candidate", "question", "answer",
+                                                     "provenance"}  # the stage's configuration (docs/records.md)
     record = records[0]
     assert record["id"] == "ask" and [record["reference"], record["candidate"]] == videos
     assert "Answer: " + " ".join(record["answer"].split()) in " ".join(done.stderr.split())
