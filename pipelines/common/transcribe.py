@@ -11,10 +11,14 @@ Both end in sentence-level segments: see `vi.pipelines.common.sentences`.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import logging
 import os
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -208,21 +212,33 @@ def _align_model_path(config: TranscribeConfig, language: str) -> str | None:
         return None
     if config.align_model != "auto":
         return config.align_path  # resolved once, when the config was built
-    from whisperx.alignment import DEFAULT_ALIGN_MODELS_HF, DEFAULT_ALIGN_MODELS_TORCH
-
-    if language in DEFAULT_ALIGN_MODELS_TORCH:
+    bundles, hub_models = default_aligners()
+    if language in bundles:
         import torch
         import torchaudio
 
-        bundle = getattr(torchaudio.pipelines, DEFAULT_ALIGN_MODELS_TORCH[language])
+        bundle = getattr(torchaudio.pipelines, bundles[language])
         cached = os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(bundle._path))
-        return DEFAULT_ALIGN_MODELS_TORCH[language] if os.path.exists(cached) else None
-    if language in DEFAULT_ALIGN_MODELS_HF:
+        return bundles[language] if os.path.exists(cached) else None
+    if language in hub_models:
         from vi.core.models.sources import hub_snapshot
 
-        found = hub_snapshot(DEFAULT_ALIGN_MODELS_HF[language])
+        found = hub_snapshot(hub_models[language])
         return str(found) if found else None
     return None
+
+
+@functools.cache
+def default_aligners() -> tuple[dict[str, str], dict[str, str]]:
+    """whisperx's default wav2vec2 aligner of each language (torchaudio bundles, hub ids), read from
+    whisperx/alignment.py's source: importing it (nltk, pandas, transformers' wav2vec2) costs 0.5 s
+    of every `vi transcribe`'s start even when, as offline by default, no aligner is there to load."""
+    spec = importlib.util.find_spec("whisperx.alignment")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    found = {target.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+             for target in node.targets if isinstance(target, ast.Name)
+             and target.id in ("DEFAULT_ALIGN_MODELS_TORCH", "DEFAULT_ALIGN_MODELS_HF")}
+    return found["DEFAULT_ALIGN_MODELS_TORCH"], found["DEFAULT_ALIGN_MODELS_HF"]
 
 
 def _ensure_punkt(language: str) -> None:
