@@ -268,10 +268,10 @@ showhowto-rebuild: $(STAMPS)/install
 	@[ -n "$(KEYFRAMES)" ] && [ -n "$(PROMPTS)" ] && [ -n "$(IDS)" ] || { echo "usage: make showhowto-rebuild \
 	KEYFRAMES=keyframes.json|dir PROMPTS=prompts.json IDS=ids.txt [OUT=dir] [SHARD=I/N]"; exit 2; }
 	mkdir -p $(OUT)/rebuild
-	$(VI) download -i $(IDS) --out $(OUT)/videos $(if $(SHARD),--shard $(SHARD)) -q --resume \
+	$(VI) download -i $(IDS) --out $(OUT)/videos $(if $(SHARD),--shard $(SHARD)) --resume --retry-errors \
 	  -o $(OUT)/rebuild/downloaded$(REBUILD_TAG).jsonl || [ $$? = 3 ]
 	$(VI) rebuild showhowto -i $(OUT)/rebuild/downloaded$(REBUILD_TAG).jsonl --keyframes $(KEYFRAMES) \
-	  --prompts $(PROMPTS) --out $(OUT)/ShowHowTo $(if $(SHARD),--shard $(SHARD)) -q --resume \
+	  --prompts $(PROMPTS) --out $(OUT)/ShowHowTo $(if $(SHARD),--shard $(SHARD)) --resume \
 	  -o $(OUT)/rebuild/rebuilt$(REBUILD_TAG).jsonl || [ $$? = 3 ]
 	@echo "dataset: $(OUT)/ShowHowTo (prompts.json + imgseqs*/); records: $(OUT)/rebuild/"
 

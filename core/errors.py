@@ -12,11 +12,12 @@ EXIT_SETUP = 5
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it; SIGTERM's default death reads 143
 
 # Error kinds that say nothing about the record, only about the moment: a rerun may succeed, so
-# `--resume --retry-errors` retries these unless told which kinds. The server backend retries 429s,
-# 5xx, timeouts and dropped connections itself (core/models/openai_chat.py) and writes one kind,
-# llm_unavailable, once they outlast its tries: so there is no separate rate_limited, network or
-# timeout kind to list here. A new transient kind is added here, once.
-TRANSIENT_KINDS = ("llm_unavailable",)
+# `--resume --retry-errors` retries these unless told which kinds. The LLM server backend retries
+# 429s, 5xx, timeouts and dropped connections itself (core/models/openai_chat.py) and writes one
+# kind, llm_unavailable, once they outlast its tries; vi download writes rate_limited (HTTP 429
+# past its waits) and network (a connection that failed or dropped). A new transient kind is
+# added here, once.
+TRANSIENT_KINDS = ("llm_unavailable", "rate_limited", "network")
 
 
 class RecordError(Exception):

@@ -134,3 +134,26 @@ def test_vi_download_fetches_each_id_once_resumes_and_reports_failures(clips, tm
         assert elsewhere.returncode == 3
     archive = (out / "archive.txt").read_text().splitlines()
     assert len(archive) == 2 and all(os.path.exists(out / line.split("\t")[1]) for line in archive)
+
+
+def test_a_rate_limited_id_is_fetched_again_by_retry_errors_and_only_it(clips, tmp_path):
+    """rate_limited is a transient kind (core.errors.TRANSIENT_KINDS): a plain --resume leaves it
+    failed, --resume --retry-errors (its default kinds) fetches it again, and its line is replaced."""
+    out, records = tmp_path / "videos", tmp_path / "downloaded.jsonl"
+    with VideoServer(clips, busy_times=1) as server:
+        listing = tmp_path / "list.txt"
+        listing.write_text(json.dumps({"id": "fine", "url": server.url("v", "one.mp4")}) + "\n"
+                           + json.dumps({"id": "busy", "url": server.url("busy", "two.mp4")}) + "\n")
+        args = ("download", "-i", str(listing), "--out", str(out), "--retries", "0", "-q", "-o", str(records))
+        assert run_vi(*args, env=NO_PROXY).returncode == 3
+        assert {r["id"]: r["errors"][-1]["kind"] for r in jsonl(records.read_text()) if r.get("errors")} == \
+            {"busy": "rate_limited"}
+        hits = dict(server.hits)
+        assert run_vi(*args, "--resume", env=NO_PROXY).returncode == 0
+        assert dict(server.hits) == hits  # the failed id counts as done
+        retried = run_vi(*args, "--resume", "--retry-errors", env=NO_PROXY)
+        assert retried.returncode == 0, retried.stderr
+        got = {r["id"]: r for r in jsonl(records.read_text())}
+        assert len(jsonl(records.read_text())) == 2 and not got["busy"].get("errors")
+        assert open(got["busy"]["video"], "rb").read() == clips["two.mp4"]
+        assert server.hits["/v/one.mp4"] == hits["/v/one.mp4"]  # the finished id was not fetched again
