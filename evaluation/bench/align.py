@@ -60,8 +60,9 @@ def raw_encoder(scorer):
 
 
 def bench_align_frames(sample_dir: Path, out_dir: Path, repeats: int = 3, model: str = "imagenet-labels",
-                       device: str = "cpu") -> list[Row]:
-    samples = [record for record, _ in truth_records(sample_dir)]
+                       device: str = "cpu", videos: int | None = None) -> list[Row]:
+    """`videos`: the first so many how-to samples (None: all; fewer: the bench's smoke run)."""
+    samples = [record for record, _ in truth_records(sample_dir)][:videos]
     config = AlignConfig(model=model, device=device)
     scorer = scorer_for(config.scorer, config.placement, config.batch_size)
     progress.print(f"  align-frames on {len(samples)} how-to samples, scorer {config.scorer.name}")

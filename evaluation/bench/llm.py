@@ -25,26 +25,32 @@ def transcript_record(truth_path: Path) -> dict:
             "duration": segments[-1]["end"] + 1.0}
 
 
-def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None) -> dict:
+def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None, **options) -> dict:
+    """`options` are ExtractConfig's (the bench's smoke run: a short reply, no label pass). A reply
+    that is no steps (cut off by a small max_new_tokens) is timed all the same, and its error kept."""
+    from vi.core.errors import RecordError
     from vi.pipelines.showhowto import extract_steps as es
-    from vi.pipelines.common.transcript_text import speech_segments, timestamped_lines
 
-    config = es.ExtractConfig(**({"llm": model} if model else {}))
+    config = es.ExtractConfig(**({"llm": model} if model else {}), **options)
     record = transcript_record(sample_dir / "fruit_salad.json")
     llm = config.load_llm()
-    messages = config.template.render(
-        title=record["title"], transcript="\n".join(timestamped_lines(speech_segments(record))))
-    tokens: dict[str, int] = {}
+    # the very prompt and schema vi's one chunk sends (ask_for_steps): its speech lines, numbered from 1
+    lines, _ = es.speech_lines(record)
+    messages = config.template.render(title=record["title"], transcript="\n".join(es.numbered_lines(lines)))
+    schema = es.steps_schema(list(range(1, len(lines) + 1)))
+    tokens: dict[str, int | str] = {}
 
     def vi_side():
-        steps = es.extract(record, config)["steps"]
-        tokens["vi_steps"] = len(steps["items"])
+        try:
+            tokens["vi_steps"] = len(es.extract(record, config)["steps"]["items"])
+        except RecordError as exc:
+            tokens["vi_error"] = exc.kind
 
     def raw_side():
         llm.llama.reset()
         out = llm.llama.create_chat_completion(
             messages=messages, max_tokens=config.max_new_tokens, temperature=0.0,
-            response_format={"type": "json_object", "schema": es.STEPS_SCHEMA})
+            response_format={"type": "json_object", "schema": schema})
         tokens["prompt"] = out["usage"]["prompt_tokens"]
         tokens["completion"] = out["usage"]["completion_tokens"]
 
@@ -66,4 +72,5 @@ def extract_steps_rows(result: dict) -> list[Row]:
             if generated else "")
     return [Row("extract-steps, one video", vi_s, raw_s, "s", TARGET_RATIO,
                 f"{result['model']}, {result.get('prompt', '?')} prompt + {generated} generated "
-                f"tokens, JSON-schema constrained; {rate}; raw = create_chat_completion")]
+                f"tokens, JSON-schema constrained; {rate}; raw = create_chat_completion"
+                f"{'; vi failed: ' + result['vi_error'] if result.get('vi_error') else ''}")]

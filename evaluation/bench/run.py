@@ -7,7 +7,8 @@ One run (about 8 minutes on 2 CPU cores) measures:
   to end (the `vi transcribe` command a user runs), each against the raw whisperx
   load_model + transcribe on the same audio, model, device and threads. vi also computes word
   times and sentence segments, which the raw call does not: that cost is timed on its own.
-- probe: `vi probe DIR` per file against one ffprobe subprocess per file.
+- probe: `vi probe DIR` per file (with --concurrency, the cores it may use, and with 1) against one
+  ffprobe subprocess per file, one after another.
 - peak memory of a stage on 10 and on 1,000 records: it must not grow with the record count.
 - align-frames: decoding only the candidate frames vs decoding every frame with decord, and
   the stage's encoder vs the encoder alone on the same frames (`bench_align`).
@@ -25,6 +26,12 @@ One run (about 8 minutes on 2 CPU cores) measures:
   --cache-images (each frame decoded once) vs re-reading every 640x360 JPEG for every batch, on a
   tiny random LLaVA-OneVision on the CPU, and the share of a DPO step spent in the reference
   forward (TRL 1.16 has no precomputed reference log-probs for vision data) (`train_bench`).
+- start-up: `vi --version`, `--help`s and the model-free stages as fresh processes against a bare
+  `python -c "import typer, rich"`: wall time and peak RSS (`startup`).
+
+`--smoke` runs every section once on the smallest inputs (a 3 s clip, a few files and records,
+the small LLM, one repeat): it checks that the driver and each section work, in CI
+(tests/bench/test_bench_driver.py); its figures mean nothing.
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -34,6 +41,7 @@ shared machine) falls on both sides alike; the seconds drift with load, the rati
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -45,21 +53,22 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from vi.core.models.catalog import DEFAULT_ASR
+from vi.core.models.catalog import DEFAULT_ASR, SMALL_LLM
 from vi.core.sink import claim_stdout
 from vi.evaluation.bench.align import bench_align_frames
 from vi.evaluation.bench.llm import bench_extract_steps, extract_steps_rows
 from vi.evaluation.bench.llm_server import bench_llm_server, llm_server_rows
 from vi.evaluation.bench.stepdiff import bench_stepdiff
-from vi.core.devices import best_device
+from vi.core.devices import best_device, usable_cpus
 from vi.evaluation.progresscaptioner.caption_bench import bench_caption_frames, caption_bench_rows
 from vi.evaluation.progresscaptioner.train_bench import bench_train_captioner, train_bench_rows
 from vi.evaluation.showhowto.generator_bench import bench_generator, generator_bench_rows
+from vi.evaluation.bench.startup import bench_startup, startup_rows
 from vi.evaluation.bench.view import bench_view, view_bench_rows
 from vi.evaluation.bench.datasets import bench_datasets, datasets_bench_rows
 from vi.evaluation.bench.tools import (
@@ -89,6 +98,38 @@ PROBE_FILES = 200
 MEMORY_COUNTS = (10, 1_000)
 ASR_MODEL = DEFAULT_ASR
 BATCH_SIZE = 8  # vi transcribe's default, passed to the raw call too
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much each section measures. FULL is `make bench`; SMOKE the least that still runs every
+    line of every section (the test of the driver), so its figures mean nothing."""
+
+    repeats: int = 3  # timed in-process calls per side, every section that alternates
+    e2e_repeats: int = 2
+    probe_repeats: int = 2
+    probe_files: int = PROBE_FILES
+    memory_counts: tuple[int, int] = MEMORY_COUNTS
+    clip_s: float | None = None  # transcribe this much of the 27 s sample, not the talk (None: the talk)
+    align_videos: int | None = None  # section d: the first so many how-to samples (None: all)
+    extract_options: dict[str, Any] = field(default_factory=dict)  # ExtractConfig's, section e
+    stepdiff: dict[str, Any] = field(default_factory=dict)  # bench_stepdiff's steps, rows, videos (section f)
+    llm_records: int = 12  # section g
+    caption_sequences: int = 16  # section h
+    train_records: int = 32  # section i
+    train_steps: int = 20
+    generator_sequences: int = 8  # section j
+    view_records: int = 10_000  # section k
+    startup_repeats: int = 5  # section m: alternating rounds of fresh processes
+
+
+FULL = Size()
+SMOKE = Size(repeats=1, e2e_repeats=1, probe_repeats=1, probe_files=4, memory_counts=(2, 4), clip_s=3.0,
+             # the small LLM repeats itself until max_new_tokens: a short reply, cut off, is timed
+             # one llama.cpp thread: on a busy machine spinning threads burn CPU waiting for each other
+             extract_options={"llm": SMALL_LLM, "segmentation": "model", "max_new_tokens": 64, "threads": 1},
+             align_videos=1, stepdiff={"steps": 1, "rows": 1, "videos": ("fruit_salad",)}, llm_records=2, caption_sequences=2, train_records=4, train_steps=2, generator_sequences=2,
+             view_records=20, startup_repeats=1)
 
 
 
@@ -260,19 +301,24 @@ def bench_probe(video: Path, work: Path, count: int, repeats: int) -> dict:
         for path in files:
             subprocess.run([ffprobe, *FFPROBE_ARGS, str(path)], capture_output=True, check=True)
 
-    vi_cmd = [*vi_command(), "probe", str(folder), "-q"]
-    samples = alternate({"vi": lambda: run_checked(vi_cmd), "raw": raw_probe_all}, repeats,
-                        show_sample)
-    return {"files": count, "vi_command": " ".join(vi_cmd) + " > /dev/null",
-            "vi": [asdict(s) for s in samples["vi"]], "raw": [asdict(s) for s in samples["raw"]]}
+    vi_cmd = [*vi_command(), "probe", str(folder), "-q"]  # --concurrency: the cores it may use
+    one_cmd = [*vi_cmd, "--concurrency", "1"]
+    samples = alternate({"vi": lambda: run_checked(vi_cmd), "vi, one at a time": lambda: run_checked(one_cmd),
+                         "raw": raw_probe_all}, repeats, show_sample)
+    return {"files": count, "vi_command": " ".join(vi_cmd) + " > /dev/null", "cores": usable_cpus(),
+            "vi": [asdict(s) for s in samples["vi"]], "raw": [asdict(s) for s in samples["raw"]],
+            "vi_one_at_a_time": [asdict(s) for s in samples["vi, one at a time"]]}
 
 
 def probe_rows(probe: dict) -> list[Row]:
     per_file_ms = 1000.0 / probe["files"]
     vi_ms = median(walls(_samples(probe["vi"]))) * per_file_ms
     raw_ms = median(walls(_samples(probe["raw"]))) * per_file_ms
-    return [Row("probe, per file", vi_ms, raw_ms, "ms", TARGET_RATIO,
-                f"{probe['files']} files, median of {len(probe['vi'])}; raw = ffprobe subprocess")]
+    one_ms = median(walls(_samples(probe["vi_one_at_a_time"]))) * per_file_ms
+    return [Row("probe, per file", vi_ms, raw_ms, "ms", 1.0,
+                f"{probe['files']} files, median of {len(probe['vi'])}; raw = one ffprobe subprocess after "
+                f"another; vi: --concurrency = the {probe['cores']} cores it may use"),
+            Row("  vi probe --concurrency 1", one_ms, raw_ms, "ms", 1.0, "one file at a time, as raw")]
 
 
 # --- c. peak memory -----------------------------------------------------------------------
@@ -315,9 +361,17 @@ def memory_rows(memory: dict) -> list[Row]:
 
 # --- the run ------------------------------------------------------------------------------
 
-def transcribe_input(sample: Path) -> Path:
-    """The real 123 s talk where the shared data is present, else the 27 s sample."""
-    return TALK if TALK.exists() else sample / "tea.mp4"
+def transcribe_input(sample: Path, work: Path, clip_s: float | None = None) -> Path:
+    """The real 123 s talk where the shared data is present, else the 27 s sample; with `clip_s`,
+    the sample's first `clip_s` seconds (a copy in `work`): a smoke run's input. (The talk's
+    first 3 s took whisper 13 s here: not the speech the sample is.)"""
+    if clip_s is None:
+        return TALK if TALK.exists() else sample / "tea.mp4"
+    media = sample / "tea.mp4"
+    clip = work / f"{media.stem}_{clip_s:g}s.mp4"
+    run_checked([shutil.which("ffmpeg") or "ffmpeg", "-v", "error", "-y", "-i", str(media), "-t", f"{clip_s}",
+                 "-c", "copy", str(clip)])
+    return clip
 
 
 def media_duration(path: Path) -> float:
@@ -333,62 +387,70 @@ def machine() -> dict:
 
 @contextmanager
 def section(title: str, results: dict, key: str) -> Iterator[None]:
-    """Print the section's title and, at its end, its seconds (also kept in results[key])."""
+    """Print the section's title and, at its end, its seconds (kept in results["section_s"][key]:
+    a section's result may be a list, so they are not kept inside it)."""
     progress.print(f"[bold]{title}[/bold]")
     start = time.perf_counter()
     yield
-    results[key]["section_s"] = seconds = time.perf_counter() - start
+    results.setdefault("section_s", {})[key] = seconds = time.perf_counter() - start
     progress.print(f"  ({seconds:.0f} s)")
 
 
-def run_bench(sample: Path, out: Path, repeats: int, e2e_repeats: int, probe_repeats: int) -> dict:
-    from vi.evaluation.demo.samples import make_tea_sample
+def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
+    from vi.evaluation.demo.samples import make_all
 
-    video = make_tea_sample(sample)  # reused when `make sample` already made it
-    media = transcribe_input(sample)
+    make_all(sample)  # the tea and how-to samples; reused when `make sample` already made them
+    video = sample / "tea.mp4"
+    repeats = size.repeats
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"reproduce": REPRODUCE, "machine_at_start": machine(),
-                               "transcribe_input": {"path": str(media),
-                                                    "duration_s": media_duration(media)}}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vi-bench-") as tmp:
         work = Path(tmp)
+        media = transcribe_input(sample, work, size.clip_s)
+        results: dict[str, Any] = {"reproduce": REPRODUCE, "size": asdict(size), "machine_at_start": machine(),
+                                   "transcribe_input": {"path": str(media), "duration_s": media_duration(media)}}
         key = "transcribe_in_process"
         with section(f"a. transcribe in process: {media.name}", results, key):
             results[key] = bench_transcribe_in_process(media, repeats)
         key = "transcribe_end_to_end"
         with section("a. transcribe end to end (fresh processes)", results, key):
-            results[key] = bench_transcribe_end_to_end(media, work, out, e2e_repeats)
-        with section(f"b. probe: {PROBE_FILES} files", results, "probe"):
-            results["probe"] = bench_probe(video, work, PROBE_FILES, probe_repeats)
-        counts = " and ".join(f"{c:,}" for c in MEMORY_COUNTS)
+            results[key] = bench_transcribe_end_to_end(media, work, out, size.e2e_repeats)
+        with section(f"b. probe: {size.probe_files} files", results, "probe"):
+            results["probe"] = bench_probe(video, work, size.probe_files, size.probe_repeats)
+        counts = " and ".join(f"{c:,}" for c in size.memory_counts)
         with section(f"c. peak memory on {counts} records", results, "memory"):
-            results["memory"] = bench_memory(video, work)
+            results["memory"] = bench_memory(video, work, size.memory_counts)
         with section("d. align-frames on the how-to samples", results, "align_frames"):
-            results["align_frames"] = [asdict(row) for row in bench_align_frames(sample, out)]
+            results["align_frames"] = [asdict(row) for row in bench_align_frames(sample, out, repeats,
+                                                                                  videos=size.align_videos)]
         with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results,
                      "extract_steps"):
-            results["extract_steps"] = bench_extract_steps(sample)
+            results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **size.extract_options)
         with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
                      "stepdiff"):
-            results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out)]
+            results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out, repeats, **size.stepdiff)]
         with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
                      "llm_server"):
-            results["llm_server"] = bench_llm_server()
+            results["llm_server"] = bench_llm_server(size.llm_records)
         with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
                      "caption_frames"):
-            results["caption_frames"] = bench_caption_frames("qwen2_vl", device=best_device())
+            results["caption_frames"] = bench_caption_frames("qwen2_vl", sequences=size.caption_sequences,
+                                                             repeats=min(repeats, 2), device=best_device(), work=work)
         with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
                      "train_captioner"):
-            results["train_captioner"] = bench_train_captioner(work=work)
+            results["train_captioner"] = bench_train_captioner(
+                records=size.train_records, steps=size.train_steps, dpo_steps=max(1, size.train_steps // 2),
+                repeats=repeats, work=work)
         with section("j. ShowHowTo generator: batched generation, cached latents, vs the release's sampler (tiny)",
                      results, "generator"):
-            results["generator"] = bench_generator(work=work)
-        with section("k. vi view: a report of 10,000 records in Chromium", results, "view"):
-            results["view"] = bench_view(work=work)
+            results["generator"] = bench_generator(sequences=size.generator_sequences, repeats=repeats, work=work)
+        with section(f"k. vi view: a report of {size.view_records:,} records in Chromium", results, "view"):
+            results["view"] = bench_view(size.view_records, repeats, work=work)
         with section("l. datasets: rebuild showhowto vs the release's recipe; download, 8 vs 1 in flight", results,
                      "datasets"):
             results["datasets"] = bench_datasets(work, min(repeats, 2))
+        with section("m. start-up: model-free commands vs a bare typer + rich import", results, "startup"):
+            results["startup"] = bench_startup(video, work / "startup", size.startup_repeats)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
@@ -402,7 +464,8 @@ def all_rows(results: dict) -> list[Row]:
             + [Row(**row) for row in results["stepdiff"]]
             + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
             + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"])
-            + view_bench_rows(results["view"]) + datasets_bench_rows(results["datasets"]))
+            + view_bench_rows(results["view"]) + datasets_bench_rows(results["datasets"])
+            + startup_rows(results["startup"]))
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
@@ -435,13 +498,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="folder of the narrated sample (made there if missing)")
     parser.add_argument("--out", type=Path, default=Path("out/bench"),
                         help="folder for results.json and the transcripts")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed in-process transcribe calls per side (median)")
-    parser.add_argument("--e2e-repeats", type=int, default=2,
+    parser.add_argument("--repeats", type=int, default=FULL.repeats,
+                        help="timed in-process calls per side in every section that alternates (median)")
+    parser.add_argument("--e2e-repeats", type=int, default=FULL.e2e_repeats,
                         help="end-to-end transcribe processes per side (median)")
-    parser.add_argument("--probe-repeats", type=int, default=2,
+    parser.add_argument("--probe-repeats", type=int, default=FULL.probe_repeats,
                         help="probe passes over all files per side (median)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every section once on the smallest inputs: checks that the bench runs; "
+                             "its figures mean nothing (the other options are ignored)")
     return parser.parse_args(argv)
+
+
+def size_of(args: argparse.Namespace) -> Size:
+    if args.smoke:
+        return SMOKE
+    return dataclasses.replace(FULL, repeats=args.repeats, e2e_repeats=args.e2e_repeats,
+                               probe_repeats=args.probe_repeats)
 
 
 def transcriber_builds(load_counts: dict) -> int:
@@ -462,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download: the models are embedded
     console = report_console()
     console.print(f"reproduce: {REPRODUCE}", soft_wrap=True)
-    results = run_bench(args.sample, args.out, args.repeats, args.e2e_repeats, args.probe_repeats)
+    results = run_bench(args.sample, args.out, size_of(args))
     rows = all_rows(results)
     results["rows"] = [row.as_dict() for row in rows]
     path = args.out / "results.json"

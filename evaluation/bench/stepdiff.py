@@ -23,10 +23,10 @@ QUESTION = "What does the person say in the second video?"
 BATCH, STEPS, ROWS = 2, 2, 4  # small: on 2 CPU cores one step of SmolLM2 with 2 x 32 video tokens takes seconds
 
 
-def sample_clips(sample_dir: Path) -> list[dict]:
+def sample_clips(sample_dir: Path, videos: tuple[str, ...] = SAMPLES) -> list[dict]:
     """One clip per narrated sentence of the how-to samples (what vi clips makes of their steps)."""
     clips = []
-    for name in SAMPLES:
+    for name in videos:
         script = json.loads((sample_dir / f"{name}.json").read_text())
         for i, sentence in enumerate(script["sentences"]):
             clips.append({"id": f"{name}_{i}", "video": str(sample_dir / f"{name}.mp4"), "start": sentence["start"],
@@ -34,7 +34,9 @@ def sample_clips(sample_dir: Path) -> list[dict]:
     return clips
 
 
-def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: str = "cpu") -> list[Row]:
+def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: str = "cpu", steps: int = STEPS,
+                   rows: int = ROWS, videos: tuple[str, ...] = SAMPLES) -> list[Row]:
+    """`steps`, `rows` and `videos` smaller than the defaults: the bench's smoke run."""
     import torch
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore, FeatureWriter
@@ -44,7 +46,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder
 
     placement = resolve_placement(device)
-    clips = sample_clips(sample_dir)
+    clips = sample_clips(sample_dir, videos)
     encoder = load_video_encoder(resolve(DEFAULT_IMAGE_CLASSIFIER, "video-encoder"), placement)
     torch.manual_seed(0)
     model = StepDiffModel.build(SMALL_LLM, encoder.info, placement, dim=256)
@@ -54,7 +56,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
         QUESTION, (a["id"], b["id"]), answer=b["narration"])[0]) for a, b in pairs}
     progress.print(f"  StepDiff: {len(clips)} clips, {encoder.info['encoder']} tokens "
                    f"{encoder.info.get('frames')}x{encoder.info.get('tokens_per_frame')}x{encoder.info['dim']}, "
-                   f"SmolLM2-135M, projector width 256, batch {BATCH}, {STEPS} steps and {ROWS} DiffMCQ rows per sample, "
+                   f"SmolLM2-135M, projector width 256, batch {BATCH}, {steps} steps and {rows} DiffMCQ rows per sample, "
                    f"{placement.device}")
     with tempfile.TemporaryDirectory(prefix="vi-bench-stepdiff-") as tmp:
         writer = FeatureWriter(Path(tmp), encoder.info)
@@ -72,17 +74,17 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
             optimizer.zero_grad(set_to_none=True)
 
         def cached():
-            for _ in range(STEPS):
+            for _ in range(steps):
                 step(lambda c: store.get(c["id"]))
 
         def re_encoded():
-            for _ in range(STEPS):
+            for _ in range(steps):
                 step(lambda c: encode_video(encoder, c["video"], c["start"], c["end"]))
 
         cached()  # first calls: allocator, kernels
         train_runs = alternate({"cached features": cached, "re-encoding": re_encoded}, repeats, show_sample)
 
-        scoring = [(a["id"], b["id"]) for a, b in pairs[:ROWS]]
+        scoring = [(a["id"], b["id"]) for a, b in pairs[:rows]]
         options = {pair: [model.format.pair_question(QUESTION, pair, seed="In Video 2,", answer=f" {text}")[0]
                           for text in ("the person cuts.", "the person peels.", "the person mixes.",
                                        "the person waits.")] for pair in scoring}
@@ -98,16 +100,16 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
                     model.scores([sequence], features)
 
         score_runs = alternate({"batched": batched, "one by one": one_by_one}, repeats, show_sample)
-    samples = BATCH * STEPS
+    samples = BATCH * steps
     cached_s = median([s.wall for s in train_runs["cached features"]])
     encode_s = median([s.wall for s in train_runs["re-encoding"]])
     batched_s = median([s.wall for s in score_runs["batched"]])
     single_s = median([s.wall for s in score_runs["one by one"]])
     option_pairs = 4 * len(scoring)
-    rows = [
+    table = [
         Row("train stepdiff, samples per second", samples / cached_s, samples / encode_s, "samples/s",
             note=f"baseline = decode + encode every clip at every step; median of {repeats}"),
-        Row("  seconds per step, cached vs re-encoding", cached_s / STEPS, encode_s / STEPS, "s", 1.0,
+        Row("  seconds per step, cached vs re-encoding", cached_s / steps, encode_s / steps, "s", 1.0,
             "the store must be faster"),
         Row("DiffMCQ scoring, candidate pairs per second", option_pairs / batched_s, option_pairs / single_s,
             "pairs/s", note="baseline = one forward pass per option pair"),
@@ -116,8 +118,8 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "stepdiff.json").write_text(json.dumps({
-        "device": placement.device, "clips": len(clips), "batch": BATCH, "steps": STEPS,
+        "device": placement.device, "clips": len(clips), "batch": BATCH, "steps": steps,
         "train_s": {k: [s.wall for s in v] for k, v in train_runs.items()},
         "score_s": {k: [s.wall for s in v] for k, v in score_runs.items()},
-        "rows": [row.as_dict() for row in rows]}, indent=2) + "\n")
-    return rows
+        "rows": [row.as_dict() for row in table]}, indent=2) + "\n")
+    return table

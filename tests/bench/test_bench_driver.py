@@ -1,0 +1,39 @@
+"""`make bench`'s driver end to end, every section once on the smallest inputs (`--smoke`): a section
+that breaks fails here, not in a user's `make bench`. Its figures are not looked at (no timing is
+asserted); a section whose tools are missing (Chromium, the ShowHowTo release) says so in its row."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vi.evaluation.bench import run as bench
+
+SECTIONS = ("transcribe_in_process", "transcribe_end_to_end", "probe", "memory", "align_frames", "extract_steps",
+            "stepdiff", "llm_server", "caption_frames", "train_captioner", "generator", "view", "datasets", "startup")
+
+
+def test_the_sizes_say_what_each_section_runs():
+    assert bench.SMOKE.repeats == 1 and bench.SMOKE.clip_s
+    args = bench.parse_args(["--repeats", "4"])
+    assert bench.size_of(args).repeats == 4 and bench.size_of(args).probe_files == bench.PROBE_FILES
+    assert bench.size_of(bench.parse_args(["--smoke", "--repeats", "4"])) == bench.SMOKE
+
+
+@pytest.mark.slow
+def test_every_section_runs_and_the_table_is_printed(tmp_path):
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, "-m", "vi.evaluation.bench.run", "--smoke", "--sample",
+                           str(tmp_path / "sample"), "--out", str(out)], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert set(SECTIONS) <= set(results["section_s"]) and set(SECTIONS) <= set(results)
+    assert results["size"]["repeats"] == 1
+    whats = [row["what"] for row in results["rows"]]
+    for first_words in ("transcribe, end to end", "probe, per file", "peak RSS, vi probe", "align-frames",
+                        "extract-steps", "train stepdiff", "vi view", "start-up: vi --version"):
+        assert any(w.startswith(first_words) for w in whats), first_words
+    assert "vi stages vs the raw libraries" in done.stdout and "start-up: vi probe FILE" in done.stdout
