@@ -10,9 +10,8 @@ the time of a neighbouring line.)
 Which lines make a step (`segmentation`):
 - "filtered" (the default): the model writes the steps, at most MAX_STEPS per chunk, and a first
   pass labels each line STEP, MORE or TALK (narration_labels.py). Each step is then placed on the
-  lines its words are said on (`grounding` "said", step_grounding.py: the steps' texts aligned to
-  the lines by a sentence embedder and their distinctive words, in the model's order unless a step
-  is clearly said elsewhere, the citation and the labels as priors),
+  lines its words are said on (`grounding` "said", step_grounding.py: the steps' texts aligned in
+  the model's order to the lines by a sentence embedder, the citation and the labels as priors),
   not on the lines it cites: the 1.5B model cites the line before or after, sometimes several
   lines off. A step whose every line is TALK (a greeting, an aside, the outro) is dropped; a
   labelled run (a STEP line and the MORE lines after it) that no step of the model's is on is
@@ -378,8 +377,7 @@ def talk_probability(mark: dict) -> float:
 def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[Any], shown: list[dict],
                  notes: list[str], names: SegmentNames = SegmentNames()) -> list[Any]:
     """The chunk's steps, each on the lines its text is said on (step_grounding.py): the steps in
-    the model's order unless one is clearly said elsewhere, its citation and the labels' P(TALK)
-    as priors. Grounded steps are marked
+    the model's order, its citation and the labels' P(TALK) as priors. Grounded steps are marked
     `fixed_lines` (cited_steps does not move them again); a step with no text is left for
     cited_steps to report."""
     lines = [s.text for s in chunk.segments]
@@ -405,8 +403,7 @@ def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[An
         if was != (a, b):
             cited_as = names(*was) if None not in was else "no line"
             notes.append(f"step {texts[usable.index(k)]!r}: cited {cited_as}, said on {names(a, b)} "
-                         f"(similarity {place.similarity:.2f})"
-                         + ("" if place.in_order else ", out of the model's order: placed where it is said"))
+                         f"(similarity {place.similarity:.2f})")
         out[k] = {**step, "first_line": a, "last_line": b, "fixed_lines": True}
     return out
 
