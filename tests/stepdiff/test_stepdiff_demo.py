@@ -18,7 +18,9 @@ from vi.evaluation.demo import samples
 from vi.evaluation.stepdiff import sample_benchmark as stepdiff_sample_bench
 from vi.evaluation.stepdiff import predict as sp
 from vi.evaluation.demo.show_pairs import show
+from vi.pipelines.stepdiff.describe import STAGE as DESCRIBE_STAGE
 from vi.pipelines.stepdiff.pair_qa import DROP_REASONS
+from vi.pipelines.stepdiff.pair_qa import STAGE as PAIR_QA_STAGE
 
 SMOL = "smollm2-135m"
 VIDEOS = tuple(samples.STEPDIFF_KEYSTEPS)  # fruit_salad, fruit_salad_peeler
@@ -111,6 +113,7 @@ def test_each_clip_is_described_from_its_narration_and_the_photo_it_shows(demo):
     assert [d["id"] for d in described] == list(clips)
     for record in described:
         description = record.pop("description")
+        assert record["provenance"].pop(DESCRIBE_STAGE)["vi"]  # how describe was configured (docs/records.md)
         assert record == clips[record["id"]]  # the clip passes through as it came
         assert description["sources"] == {"action": None, "objects": "imagenet-labels:efficientnet-lite0",
                                           "step": SMOL}
@@ -141,6 +144,7 @@ def test_pair_qa_adds_filtered_qa_of_the_three_types_to_each_pair(demo):
     assert [r["id"] for r in answered] == [p["id"] for p in pairs]
     for pair, record in zip(pairs, answered):
         qa, stats = record.pop("qa"), record.pop("qa_stats")
+        assert record["provenance"].pop(PAIR_QA_STAGE)["vi"]  # how pair-qa was configured (docs/records.md)
         assert record == pair  # the pair passes through as it came
         assert stats["model"] == SMOL
         assert stats["sources"] == {"reference": "description", "candidate": "description"}
