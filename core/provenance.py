@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vi.core.config import cli_fields
+from vi.core.models.sources import sha256_of
 
 FIELD = "provenance"
 PLACEMENT = frozenset({"device", "threads", "concurrency", "batch_size", "chunk_size", "workers"})
@@ -36,12 +37,10 @@ _SERVER = re.compile(r"^(openai:.+)@[A-Za-z][A-Za-z0-9+.-]*://.*$")
 
 def file_digest(path: Path) -> str:
     size = path.stat().st_size
+    if size <= WHOLE_HASH_BYTES:
+        return f"sha256:{sha256_of(path)[:16]}"
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        if size <= WHOLE_HASH_BYTES:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-            return f"sha256:{digest.hexdigest()[:16]}"
         digest.update(str(size).encode())
         for offset in (0, size // 2, size - SAMPLE_BYTES):
             handle.seek(offset)
