@@ -16,7 +16,6 @@ INTERACTIVE_ID = "ask"
 
 
 @stage_command(
-    summary="A trained StepDiff model answers a question about a pair of clips (vi train stepdiff's checkpoint).",
     reads="[cyan]reference[/cyan], [cyan]candidate[/cyan] (each a clip id of a --features store, a video path, "
           "or a clip record {id, video or image, start, end} encoded here with the checkpoint's encoder), "
           "[cyan]question[/cyan], and optionally [cyan]seed[/cyan] (text the answer starts with). Or, with the "

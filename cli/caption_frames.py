@@ -10,8 +10,6 @@ from vi.pipelines.progresscaptioner import offline_captioner as oc
 
 
 @stage_command(
-    summary="One caption per frame of a sequence, progress-aware (ProgressCaptioner): a VLM sees the frames "
-            "as T images and answers <Frame i>: lines.",
     reads="[cyan]frames[/cyan] = [{time, path}] (vi frames), [cyan]query0[/cyan] (the release's own prompt of the "
           "sequence, which vi frames --framecap passes on: sent unchanged with --prompt-style release) and "
           "[cyan]action[/cyan] when present. --vlm also takes the released ProgressCaptioner checkpoint (LLaVA-NeXT's "

@@ -19,10 +19,7 @@ from vi.core.records import count_file, read_records
 from vi.core.sink import claim_stdout
 from vi.pipelines.progresscaptioner import captioner_data as cd
 
-SUMMARY = ("Judged captions as ProgressCaptioner's training data: SFT on the captions the judges accept, DPO "
-           "on (accepted, rejected) captions of the same frames.")
-HELP, EPILOG = stage_help(
-    SUMMARY,
+DETAILS, EPILOG = stage_help(
     reads="records through vi caption-frames (one or more [cyan]captions[/cyan] / [cyan]captions_NAME[/cyan] "
           "fields), vi judge progression ([cyan]progression[/cyan]) and vi judge match ([cyan]matching[/cyan]); "
           "[cyan]frames[/cyan], [cyan]action[/cyan], [cyan]source[/cyan] and [cyan]video[/cyan] or "
@@ -51,7 +48,7 @@ def counts_table(summary: cd.Summary) -> Table:
     return table
 
 
-@command(help=HELP, epilog=EPILOG, short_help=SUMMARY, config=cd.CaptionerDataConfig)
+@command(details=DETAILS, epilog=EPILOG, config=cd.CaptionerDataConfig)
 def captioner_data_command(
     config: cd.CaptionerDataConfig,
     out: Annotated[Path, typer.Option("--out", "-o", help="The dataset folder; created if needed. sft.jsonl and "

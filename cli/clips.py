@@ -12,8 +12,6 @@ from vi.pipelines.stepdiff import clips
 
 
 @stage_command(
-    summary="Clip records (a keystep segment of a video) for StepDiff's pairs: from a StepDiff "
-            "benchmark file, an HT-Step-style segment file, or vi extract-steps records.",
     reads="with [cyan]--from-benchmark FILE[/cyan]: the clip ids <youtube_id>_<start>_<end> of a "
           "DiffCap, DiffMCQ or DiffRank JSONL; with [cyan]--from-segments FILE[/cyan]: CSV/TSV/JSON/"
           "JSONL rows with one column of each: "

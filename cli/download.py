@@ -8,8 +8,6 @@ from vi.pipelines.common import download
 
 
 @stage_command(
-    summary="Fetch videos by YouTube id or URL (yt-dlp): files on disk and the [cyan]video[/cyan] field "
-            "every stage reads.",
     reads="JSONL records with [cyan]url[/cyan], [cyan]youtube_id[/cyan] or a YouTube [cyan]id[/cyan], or "
           "a plain list of YouTube ids or URLs, one per line.",
     writes="[cyan]video[/cyan] (absolute path: OUT/<2 hex of the id's hash>/<id>.<ext>) and "

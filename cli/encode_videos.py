@@ -9,8 +9,6 @@ from vi.pipelines.stepdiff import encode_videos as ev
 
 
 @stage_command(
-    summary="Run a frozen video encoder once per clip and keep its visual tokens in a feature store "
-            "(safetensors chunks), so that training and scoring never decode the videos again (StepDiff).",
     reads="clip records (vi clips): [cyan]video[/cyan] with [cyan]start[/cyan] and [cyan]end[/cyan] (neither: "
           "the whole video); or [cyan]image[/cyan] (a still clip: the image repeated --frames times).",
     writes="[cyan]features[/cyan] = {store, file, shape, encoder}: [cyan]file[/cyan] is the chunk of --store that "

@@ -63,8 +63,7 @@ def result_table(result: dict) -> Table:
     return table
 
 
-@command(help=HELP, epilog=EPILOG, config=GeneratorEvalConfig,
-         short_help="Score generated ShowHowTo sequences (step, scene, task) or a Table 1 baseline.")
+@command(help=HELP, epilog=EPILOG, config=GeneratorEvalConfig)
 def showhowto_command(
     config: GeneratorEvalConfig,
     per_sequence: Annotated[Path | None, typer.Option(

@@ -64,8 +64,7 @@ def _score(task: str, config: ScoreConfig) -> None:
     "DiffCap: BLEU-1, CIDEr-D and ROUGE-L of generated difference captions (pycocoevalcap, raw strings).\n\n"
     "[bold]Reads:[/bold] --gt rows {reference, candidate, category, text: [captions]}; --pred rows "
     "{generated_text}.\n\n" + OUTPUT), epilog="Example: [cyan]vi eval diffcap --gt diffcap_dataset.jsonl "
-    "--pred my_diffcap.jsonl[/cyan]", short_help="Score difference captions (BLEU-1, CIDEr-D, ROUGE-L).",
-    config=ScoreConfig)
+    "--pred my_diffcap.jsonl[/cyan]", config=ScoreConfig)
 def diffcap_command(config: ScoreConfig) -> None:
     _score("diffcap", config)
 
@@ -76,7 +75,7 @@ def diffcap_command(config: ScoreConfig) -> None:
     "maximum.\n\n[bold]Reads:[/bold] --gt rows {difference, category, options: 4 x [reference, candidate], "
     "answer}; --pred rows {scores: [4 numbers]}.\n\n" + OUTPUT),
     epilog="Example: [cyan]vi eval diffmcq --gt diffmcq_dataset.jsonl --pred my_scores.jsonl[/cyan]",
-    short_help="Score difference recognition (accuracy over 4 options).", config=ScoreConfig)
+    config=ScoreConfig)
 def diffmcq_command(config: ScoreConfig) -> None:
     _score("diffmcq", config)
 
@@ -90,7 +89,7 @@ def diffmcq_command(config: ScoreConfig) -> None:
     "[bold]Reads:[/bold] --gt rows {reference, targets: [4], category, scores: [4]}; --pred rows "
     "{scores: [4 numbers]}.\n\n" + OUTPUT),
     epilog="Example: [cyan]vi eval diffrank --gt diffrank_dataset.jsonl --pred my_ranks.jsonl[/cyan]",
-    short_help="Score difference ranking (Kendall's tau).", config=ScoreConfig)
+    config=ScoreConfig)
 def diffrank_command(config: ScoreConfig) -> None:
     _score("diffrank", config)
 
@@ -122,8 +121,7 @@ NEGATIVES_HELP, NEGATIVES_EPILOG = stage_help(
 )
 
 
-@command(help=NEGATIVES_HELP, epilog=NEGATIVES_EPILOG,
-         short_help="Build DiffMCQ instances (negatives v1, v2 or v3) from annotated pairs.", config=NegativesConfig)
+@command(help=NEGATIVES_HELP, epilog=NEGATIVES_EPILOG, config=NegativesConfig)
 def mcq_negatives_command(config: NegativesConfig) -> None:
     from vi.evaluation.stepdiff import mcq_negatives
 
@@ -215,8 +213,7 @@ def framecap_table(result: dict) -> Table:
     return table
 
 
-@command(help=FRAMECAP_HELP, epilog=FRAMECAP_EPILOG, config=framecap.FramecapConfig,
-         short_help="Score progress-aware frame captions (FrameCapEval: Cap and Prog per source).")
+@command(help=FRAMECAP_HELP, epilog=FRAMECAP_EPILOG, config=framecap.FramecapConfig)
 def framecap_command(config: framecap.FramecapConfig) -> None:
     from vi.core.records import read_records
 

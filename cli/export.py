@@ -19,9 +19,7 @@ from vi.core.sink import claim_stdout
 from vi.pipelines.showhowto import export as showhowto
 
 
-SUMMARY = "Step sequences as ShowHowTo training data: one strip of frames per video, one prompt per frame."
-HELP, EPILOG = stage_help(
-    SUMMARY,
+DETAILS, EPILOG = stage_help(
     reads="[cyan]id[/cyan], [cyan]steps[/cyan] = {title, items: [{text, frame: {time, path?} or null}]}, "
           "and [cyan]video[/cyan] for frames without a saved [cyan]path[/cyan]. Records with "
           "[cyan]errors[/cyan] are skipped; so are those with fewer than --min-steps framed steps.",
@@ -69,7 +67,7 @@ def _export(config: showhowto.ExportConfig, shard: Shard | None, input: Path | N
     return report
 
 
-@command(help=HELP, epilog=EPILOG, short_help=SUMMARY, config=showhowto.ExportConfig)
+@command(details=DETAILS, epilog=EPILOG, config=showhowto.ExportConfig)
 def showhowto_command(
     config: showhowto.ExportConfig,
     index_only: Annotated[bool, typer.Option(

@@ -14,7 +14,6 @@ from vi.pipelines.showhowto import filter_instructional as fi
 
 
 @stage_command(
-    summary="Label each video instructional or not with an LLM (ShowHowTo's filter).",
     reads="[cyan]transcript[/cyan] (from vi transcribe) and [cyan]title[/cyan] when present.",
     writes="[cyan]instructional[/cyan] = {label: true|false, reason, model, decision}: with --ask both "
            "(default) the paper's question and its opposite are asked; decision = {method, score, paper, "

@@ -13,9 +13,6 @@ from vi.pipelines.progresscaptioner import frames as fr
 
 
 @stage_command(
-    summary="Frame sequences for progress-aware captioning (ProgressCaptioner): frames at --fps of a video "
-            "or clip, or a FrameCapEval sequence; all of them, sliding windows, or FrameCapEval's K-means "
-            "selection.",
     reads="video records (vi probe: [cyan]video[/cyan], [cyan]duration[/cyan], [cyan]width[/cyan], "
           "[cyan]height[/cyan]) or clip records (vi clips: [cyan]video[/cyan], [cyan]start[/cyan], "
           "[cyan]end[/cyan]); records with [cyan]image_files[/cyan] (under --image-root) or [cyan]frames[/cyan] "

@@ -14,7 +14,6 @@ from vi.pipelines.showhowto.generator_data import parse_prompt_file_line
 
 
 @stage_command(
-    summary="ShowHowTo's generator: a scene image and step prompts in, one generated image per step out.",
     reads="[cyan]image[/cyan] (the scene's path) and [cyan]prompts[/cyan] = \\[description of the scene, step 1, "
           "..., step n] (n >= 1, at most the model's max frames - 1); or --prompt-file (the release's "
           "image|prompt|prompt|... lines), or --dataset (a vi export showhowto folder: each sequence's first "

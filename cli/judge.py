@@ -9,8 +9,6 @@ from vi.pipelines.progresscaptioner import judge_match as jm
 
 
 @stage_command(
-    summary="Caption matching: for each distinct frame a judge picks its caption among the sequence's, or none "
-            "(ProgressCaptioner).",
     reads="[cyan]frames[/cyan] = [{path}], [cyan]captions[/cyan] (and any [cyan]captions_*[/cyan]), and "
           "[cyan]progression.distinct[/cyan] when vi judge progression ran (else every frame is matched).",
     writes="[cyan]matching[/cyan] = {captioner: {scorer, seed, frames: [{frame, options: \\[frame or null for "

@@ -9,8 +9,6 @@ from vi.pipelines.progresscaptioner import keyframes as kf
 
 
 @stage_command(
-    summary="Keyframes of a frame sequence (ProgressCaptioner): frames where the action progresses, or "
-            "uniform / K-means frames to compare.",
     reads="[cyan]frames[/cyan] (vi frames) and, for --method progress, [cyan]captions[/cyan] (vi caption-frames; "
           "--window 2 --keep-both gives the paper's per-window captions, items with [cyan]from[/cyan]) and "
           "[cyan]action[/cyan]. A record without frames is read from its captions alone (progress, uniform).",

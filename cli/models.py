@@ -18,7 +18,6 @@ from vi.core.models.catalog import CATALOG
 def models_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSONL on stdout instead of a table.")] = False,
 ) -> None:
-    """List the models vi knows: role, format, source, licence, and whether available here."""
     rows = []
     for spec in CATALOG.values():
         rows.append({"alias": spec.alias, "role": spec.role, "format": spec.format,

@@ -10,8 +10,6 @@ from vi.pipelines.stepdiff import pairing
 
 
 @stage_command(
-    summary="Pairs of clips with the same keystep from two different videos (StepDiff's "
-            "reference/candidate pairs).",
     reads="every clip record of the input at once (it groups them): [cyan]keystep[/cyan], "
           "[cyan]source_id[/cyan] and [cyan]video[/cyan] (to tell videos apart), and "
           "[cyan]description[/cyan] or [cyan]narration[/cyan] for --dedupe-threshold.",

@@ -39,12 +39,10 @@ HELP = (
 
 
 
-@command(help=HELP, short_help="Predictions on a StepDiff benchmark from a baseline (VLEmbed, "
-             "Socratic) or a trained StepDiff model, in the official format.",
-             epilog="Example: [cyan]vi predict diffmcq --gt diffmcq_dataset.jsonl --method vlembed --video-root "
-                    "videos/ -o vlembed_diffmcq.jsonl && vi eval diffmcq --gt diffmcq_dataset.jsonl --pred "
-                    "vlembed_diffmcq.jsonl[/cyan]",
-             config=PredictConfig)
+@command(help=HELP, config=PredictConfig,
+         epilog="Example: [cyan]vi predict diffmcq --gt diffmcq_dataset.jsonl --method vlembed --video-root "
+                "videos/ -o vlembed_diffmcq.jsonl && vi eval diffmcq --gt diffmcq_dataset.jsonl --pred "
+                "vlembed_diffmcq.jsonl[/cyan]")
 def predict_command(
     config: PredictConfig,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,

@@ -16,7 +16,6 @@ from vi.pipelines.common import probe
 
 
 @stage_command(
-    summary="Turn video paths into metadata records (the first stage of every pipeline).",
     reads="video paths as arguments, directories (searched recursively), a text list "
           "(--list), or stdin lines that are paths or JSON records with a [cyan]video[/cyan] field.",
     writes="[cyan]id[/cyan] (file stem unless given; collisions get a path hash), "

@@ -11,8 +11,6 @@ from vi.pipelines.showhowto import export, rebuild
 
 
 @stage_command(
-    summary="ShowHowTo's released sequences rebuilt from the original videos, byte for byte as its "
-            "ffmpeg recipe cuts them.",
     reads="the release's --keyframes and --prompts (every video they list), or, with --input, records "
           "whose [cyan]youtube_id[/cyan] or [cyan]id[/cyan] names a video (vi download's output: its "
           "[cyan]video[/cyan] path is used).",

@@ -4,8 +4,10 @@ A stage command is a plain function `fn(opts: StreamOptions, config: ItsConfig, 
 `stage_command` appends the record-contract options (--input, --output, --resume, --shard,
 ...) to its signature, builds the StreamOptions and the config from their options, and maps the
 outcome to the documented exit code, so every stage takes the same options spelled the same way.
-`command` does the same for a command that is not a stage. Neither registers anything: the command
-table in cli/app.py names each command and loads its module only when it is run or asked for help.
+`command` does the same for a command that is not a stage. Neither registers anything nor names or
+summarises the command: the command table in cli/app.py gives each its name and one-line summary
+(`command_settings` puts that summary at the head of its --help) and loads its module only when it
+is run or asked for its own help.
 """
 
 from __future__ import annotations
@@ -141,10 +143,23 @@ def _shard(text: str | None) -> Shard | None:
     return Shard.parse(text) if text else Shard.from_slurm()
 
 
-def stage_help(summary: str, reads: str, writes: str, example: str) -> tuple[str, str]:
-    """(help, epilog) in the shape every stage's --help shares."""
-    help_text = f"{summary}\n\n[bold]Reads:[/bold] {reads}\n\n[bold]Writes:[/bold] {writes}"
+def stage_help(lead: str | None = None, *, reads: str, writes: str, example: str) -> tuple[str, str]:
+    """(help, epilog) in the shape every stage's --help shares: what it reads and what it writes, under
+    `lead` (none: under the command table's summary, as `command(details=...)`), and its example."""
+    paragraphs = [lead] if lead else []
+    help_text = "\n\n".join([*paragraphs, f"[bold]Reads:[/bold] {reads}", f"[bold]Writes:[/bold] {writes}"])
     return help_text, f"Example: [cyan]{example}[/cyan]"
+
+
+def command_settings(function: Callable, summary: str) -> dict[str, Any]:
+    """typer's settings of a command that stage_command or command made, given its one-line summary from
+    the command table (cli/app.py): the line `vi --help` lists, and the first paragraph of the command's
+    own --help, above its details, unless the command wrote a whole help of its own."""
+    settings = dict(function.typer_command)
+    details = settings.pop("details", None)
+    if settings.get("help") is None:
+        settings["help"] = f"{summary}\n\n{details}" if details else summary
+    return {**settings, "short_help": summary}
 
 
 CONTEXT_PARAM = "vi_context"
@@ -223,11 +238,12 @@ def _typer_signature(command: Callable, params: list[inspect.Parameter]) -> None
     command.__annotations__ = {p.name: p.annotation for p in params}
 
 
-def stage_command(*, summary: str, reads: str, writes: str, example: str, config: type | None = None,
+def stage_command(*, reads: str, writes: str, example: str, config: type | None = None,
                   models: bool | str | None = None):
     """Make `fn(opts, [config,] **own) -> Report` a record stage: the record-contract options added,
     the options of `config` (a dataclass of vi.core.config options) built into `config=`, the outcome
-    mapped to the documented exit code. Its name is the one the command table (cli/app.py) gives it.
+    mapped to the documented exit code. Its name and one-line summary are the ones the command table
+    (cli/app.py) gives it; its --help says what it reads and writes under that summary.
 
     A config field named seed takes --seed; device and dtype are the shared model-placement options
     (models=True adds --device and --dtype, models="device" only --device; by default what the config
@@ -286,8 +302,8 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
             raise typer.Exit(report.exit_code if isinstance(report, Report) else int(report or 0))
 
         _typer_signature(command, params)
-        help_text, epilog = stage_help(summary, reads, writes, example)
-        command.typer_command = {"help": help_text, "epilog": epilog, "short_help": summary}
+        details, epilog = stage_help(reads=reads, writes=writes, example=example)
+        command.typer_command = {"details": details, "epilog": epilog}
         command.stage_function = fn  # the plain function, for tests and scripts
         return command
 
@@ -297,8 +313,7 @@ def stage_command(*, summary: str, reads: str, writes: str, example: str, config
 def record_stage_command(spec: RecordStage):
     """The command of a RecordStage: its config's options, the records of --input, its process."""
 
-    @stage_command(summary=spec.summary, reads=spec.reads, writes=spec.writes, example=spec.example,
-                   config=spec.config)
+    @stage_command(reads=spec.reads, writes=spec.writes, example=spec.example, config=spec.config)
     def run(opts: StreamOptions, config):
         # The config was checked when built, before the stream starts: a bad option is exit 2 and a
         # missing model exit 5, with nothing written; models load on the first record that needs them.
@@ -308,11 +323,12 @@ def record_stage_command(spec: RecordStage):
     return run
 
 
-def command(*, help: str | None = None, short_help: str | None = None, epilog: str | None = None,
+def command(*, details: str | None = None, help: str | None = None, epilog: str | None = None,
             config: type | None = None, **typer_kwargs: Any):
     """Make `fn([config,] **own)` a command that is not a record stage (vi eval, vi train): its
-    config's options built into `config=` as stage_command does (help None: the function's
-    docstring); its body runs through run_command for the stages' exit codes."""
+    config's options built into `config=` as stage_command does; its body runs through run_command
+    for the stages' exit codes. Its --help is the command table's summary with `details` under it, or
+    `help`, a whole text whose first paragraph says more than the summary that `vi --help` lists."""
 
     def decorate(fn):
         params, split = _with_config(fn, config, (), [])
@@ -325,7 +341,7 @@ def command(*, help: str | None = None, short_help: str | None = None, epilog: s
             return fn(**kwargs)
 
         _typer_signature(wrapper, params)
-        wrapper.typer_command = {"help": help, "short_help": short_help, "epilog": epilog, **typer_kwargs}
+        wrapper.typer_command = {"details": details, "help": help, "epilog": epilog, **typer_kwargs}
         return wrapper
 
     return decorate

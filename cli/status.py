@@ -23,8 +23,6 @@ def status_command(
         "than one): an output's shard is the one its ids fall in.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout instead of a table.")] = False,
 ) -> None:
-    """Records done, failed (by error kind) and left, per output file and in total. Reads only: safe
-    while the run still writes (a half-written last line is counted as partial)."""
     from vi.core.status import expand, status
 
     with exit_codes():

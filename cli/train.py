@@ -25,11 +25,9 @@ HELP = (
     "effective batch is --batch-size x --grad-accum x processes.")
 
 
-@command(help=HELP, short_help="Train StepDiff's projector on pair QA, caption and interleaved data.",
-         config=TrainConfig,
+@command(help=HELP, config=TrainConfig,
          epilog="Example: [cyan]vi clips -i steps.jsonl | vi encode-videos --store feats | vi train "
-                          "stepdiff --data caption:- --data pair_qa:qa.jsonl --val-fraction 0.1 -o runs/stepdiff"
-                          "[/cyan]")
+                "stepdiff --data caption:- --data pair_qa:qa.jsonl --val-fraction 0.1 -o runs/stepdiff[/cyan]")
 def stepdiff_command(config: TrainConfig) -> None:
     from vi.pipelines.stepdiff.train import run_training
 
@@ -57,11 +55,10 @@ CAPTIONER_HELP = (
     "effective batch is --batch-size x --grad-accum x processes.")
 
 
-@command(help=CAPTIONER_HELP, short_help="Train ProgressCaptioner's VLM: SFT or DPO (TRL).",
-         config=CaptionerTrainConfig,
+@command(help=CAPTIONER_HELP, config=CaptionerTrainConfig,
          epilog="Example: [cyan]vi captioner-data -o data ... && vi train captioner --method sft --data "
-                          "data/sft.jsonl -o runs/sft && vi train captioner --method dpo --data data/dpo.jsonl "
-                          "--vlm runs/sft -o runs/dpo && vi caption-frames --vlm runs/dpo[/cyan]")
+                "data/sft.jsonl -o runs/sft && vi train captioner --method dpo --data data/dpo.jsonl "
+                "--vlm runs/sft -o runs/dpo && vi caption-frames --vlm runs/dpo[/cyan]")
 def captioner_command(config: CaptionerTrainConfig) -> None:
     from vi.pipelines.progresscaptioner.train_captioner import run_training
 

@@ -22,10 +22,10 @@ HELP = (
     "--grad-accum x processes, per length.")
 
 
-@command(help=HELP, short_help="Train ShowHowTo's step-conditioned video-diffusion model.", config=GeneratorTrainConfig,
-                   epilog="Example: [cyan]vi export showhowto -i aligned.jsonl --out ds && vi train showhowto --data "
-                          "ds --init dynamicrafter_256_v1.ckpt -o runs/showhowto && vi generate --model "
-                          "runs/showhowto --prompt-file prompts.txt --out gen[/cyan]")
+@command(help=HELP, config=GeneratorTrainConfig,
+         epilog="Example: [cyan]vi export showhowto -i aligned.jsonl --out ds && vi train showhowto --data "
+                "ds --init dynamicrafter_256_v1.ckpt -o runs/showhowto && vi generate --model "
+                "runs/showhowto --prompt-file prompts.txt --out gen[/cyan]")
 def showhowto_command(config: GeneratorTrainConfig) -> None:
     from vi.pipelines.showhowto.train_generator import run_training
 

@@ -43,7 +43,6 @@ def view_command(
     workers: Annotated[int, typer.Option(min=1, help="Threads making thumbnails.")] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Write an HTML report of any stage's records: frames, steps, captions, QA, errors."""
     from vi.evaluation.view.report import Source, write_report
 
     names = [str(p) for p in inputs or []] or ["-"]

@@ -94,11 +94,11 @@ class Stage:
 class RecordStage:
     """A stage that is one function of (record, config): the command table runs it as it is, so
     adding such a stage is its pipeline module (this, its config dataclass, the function) and one
-    line in cli/app.py's table. `summary`, `reads`, `writes` and `example` are its --help; `fields`
-    what it adds to a record; the config's `concurrency`, when it has one, is the stage's."""
+    line in cli/app.py's table, which gives its one-line summary. `reads`, `writes` and `example`
+    are the rest of its --help; `fields` what it adds to a record; the config's `concurrency`, when
+    it has one, is the stage's."""
 
     name: str
-    summary: str
     reads: str
     writes: str
     example: str

@@ -449,7 +449,6 @@ def transcribe_record(record: dict, config: TranscribeConfig) -> dict:
 
 TRANSCRIBE = RecordStage(
     STAGE,
-    summary="Speech to sentence-level segments with word times (WhisperX schema).",
     reads="[cyan]video[/cyan] or [cyan]audio[/cyan] (a media path), and [cyan]has_audio[/cyan] "
           "when vi probe set it.",
     writes="[cyan]transcript[/cyan] = {language, segments: [{start, end, text, words: [{word, "

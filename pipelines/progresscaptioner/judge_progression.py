@@ -562,8 +562,6 @@ def judge_record(record: dict, config: ProgressionConfig, judges: list[tuple[str
 
 JUDGE_PROGRESSION = RecordStage(
     STAGE,
-    summary="Progression detection: LLM judges say, per adjacent pair of frame captions, whether they show a "
-            "change (ProgressCaptioner).",
     reads="[cyan]captions[/cyan] (and any [cyan]captions_*[/cyan]) = {items: [{frame, text}]} from vi "
           "caption-frames, [cyan]frames[/cyan]; with --prompt eval, [cyan]action[/cyan] (or action_label).",
     writes="[cyan]progression[/cyan] = {prompt, debias, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "

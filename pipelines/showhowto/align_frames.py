@@ -246,7 +246,6 @@ def save_frames(path: Path, frames: list[dict | None], folder: Path) -> None:
 
 ALIGN_FRAMES = RecordStage(
     STAGE,
-    summary="One representative frame per step, in the steps' order (ShowHowTo's frame alignment).",
     reads="[cyan]video[/cyan], [cyan]steps[/cyan] = {title, items: [{text, start, end}]} (from vi "
           "extract-steps), and [cyan]duration[/cyan], [cyan]width[/cyan], [cyan]height[/cyan] when "
           "vi probe set them.",

@@ -606,8 +606,6 @@ def extract(record: dict, config: ExtractConfig) -> dict:
 
 EXTRACT_STEPS = RecordStage(
     STAGE,
-    summary="WikiHow-style steps with start/end times from the transcript, by an LLM "
-            "(ShowHowTo).",
     reads="[cyan]transcript[/cyan], and [cyan]title[/cyan], [cyan]duration[/cyan] and "
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",

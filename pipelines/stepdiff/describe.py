@@ -323,8 +323,6 @@ def describe(record: dict, config: DescribeConfig) -> dict:
 
 DESCRIBE = RecordStage(
     STAGE,
-    summary="A one-sentence description of each clip from its narration, an action caption and the objects "
-            "on its centre frame, consolidated by an LLM (StepDiff).",
     reads="clip records (vi clips): [cyan]video[/cyan], [cyan]start[/cyan], [cyan]end[/cyan], and "
           "[cyan]narration[/cyan] and [cyan]video_duration[/cyan] when present.",
     writes="[cyan]description[/cyan] = {action, objects: [{name, attributes, score}], narration, step, "

@@ -371,8 +371,6 @@ def pair_qa(record: dict, config: PairQAConfig) -> dict:
 
 PAIR_QA = RecordStage(
     STAGE,
-    summary="Question-answer pairs comparing the two clips of a pair, by an LLM, filtered "
-            "(StepDiff).",
     reads="[cyan]reference[/cyan] and [cyan]candidate[/cyan] clips (from vi pair): their "
           "[cyan]description.step[/cyan] (vi describe), else their keystep and "
           "[cyan]narration[/cyan]. The reference is Video 1, the candidate Video 2.",

@@ -44,7 +44,7 @@ class ToyConfig(BaseConfig):
 seen: list[ToyConfig] = []
 
 
-@stage_command(summary="A toy stage.", reads="anything", writes="nothing", example="vi toy", config=ToyConfig)
+@stage_command(reads="anything", writes="nothing", example="vi toy", config=ToyConfig)
 def toy_stage(opts: StreamOptions, config: ToyConfig):
     seen.append(config)
     return 0
@@ -61,18 +61,18 @@ def toy_train(config: RunToy):
     seen.append(config)
 
 
-def run(function, *args: str, **kwargs):
+def run(function, *args: str, command: tuple[str, ...] = ("toy",), **kwargs):
     """`vi toy ARGS` with `function` as the table's toy command."""
     module = types.ModuleType("toy_commands")
     module.toy = function
     sys.modules["toy_commands"] = module
     app = typer.Typer(cls=ToyTable, rich_markup_mode="rich")
     app.callback()(lambda: None)
-    return CliRunner().invoke(app, ["toy", *args], env={"COLUMNS": "200"}, **kwargs)
+    return CliRunner().invoke(app, [*command, *args], env={"COLUMNS": "200"}, **kwargs)
 
 
 class ToyTable(CommandTable):
-    table = {"toy": "toy_commands:toy"}
+    table = {"toy": ("toy_commands:toy", "A toy command.")}
     panels = {}
 
 
@@ -123,11 +123,25 @@ def test_a_command_that_is_not_a_stage_gets_its_config_too():
     assert missing.exit_code == 2 and "--output" in missing.output
 
 
+def test_the_table_gives_the_summary_that_heads_the_command_help():
+    stage, trainer = run(toy_stage, "--help").output, run(toy_train, "--help").output
+    assert stage.index("A toy command.") < stage.index("Reads:") < stage.index("Writes:")
+    assert "A toy trainer." in trainer and "A toy command." not in trainer  # a help of its own comes whole
+    listed = run(toy_stage, "--help", command=()).output
+    assert "toy" in listed and "A toy command." in listed
+
+
 def test_the_table_lists_every_command_once_and_each_loads():
-    from vi.cli.app import COMMANDS, Group, command_names
+    from vi.cli.app import COMMANDS, Group, command_names, load
 
     names = command_names()
     assert len(names) == len(set(names))
     groups = {name for name, target in COMMANDS.items() if isinstance(target, Group)}
     assert {"probe", "extract-steps", "judge match", "train stepdiff", "eval framecap"} <= set(names)
     assert not groups & set(names)  # a group is listed by its commands
+    entries = [(name, entry) for name, entry in COMMANDS.items() if not isinstance(entry, Group)]
+    entries += [(name, entry) for group in COMMANDS.values() if isinstance(group, Group)
+                for name, entry in group.commands.items()]
+    for name, (target, summary) in entries:
+        built = load(target, name, summary)
+        assert built.short_help == summary and built.help and built.params, name
