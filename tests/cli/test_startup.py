@@ -18,7 +18,7 @@ from conftest import jsonl
 HEAVY = ("torch", "transformers", "diffusers", "open_clip", "llama_cpp", "whisperx", "faster_whisper",
          "ctranslate2", "pyannote", "accelerate", "trl", "sentence_transformers")
 
-# Runs `vi ARGS...`, then writes the top-level names of every module it imported to $VI_MODULES.
+# Runs `vi ARGS...`, then writes the name of every module it imported to $VI_MODULES.
 RUN_AND_LIST = """\
 import json, os, sys
 sys.argv = ["vi", *sys.argv[1:]]
@@ -30,7 +30,7 @@ except SystemExit as exc:
 else:
     code = 0
 with open(os.environ["VI_MODULES"], "w") as out:
-    json.dump(sorted({name.partition(".")[0] for name in sys.modules}), out)
+    json.dump(sorted(sys.modules), out)
 sys.exit(code)
 """
 
@@ -109,3 +109,16 @@ def test_model_free_stages_import_no_model_library(tmp_path, tea):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["accuracy"] == 1.0
     assert heavy(modules) == []
+
+
+@pytest.mark.parametrize("args, listed", [(["--help"], "probe"), (["eval", "--help"], "diffmcq"),
+                                           (["judge", "--help"], "match"), ([], "probe")],
+                         ids=["vi --help", "vi eval --help", "vi judge --help", "vi"])
+def test_listing_the_commands_imports_no_command_module(tmp_path, args, listed):
+    """The command table holds each command's summary: listing the commands imports none of their modules."""
+    done, modules = imported(tmp_path, RUN_AND_LIST, *args)
+    assert done.returncode in (0, 2), done.stderr  # bare `vi` shows the help and exits 2 (no command given)
+    shown = done.stdout + done.stderr
+    assert "Usage" in shown and f" {listed} " in shown
+    commands = [name for name in modules if name.startswith(("vi.cli.", "vi.pipelines.", "vi.evaluation."))]
+    assert commands == ["vi.cli.app"]
