@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from vi.core.config import cli_fields
-from vi.core.models.sources import sha256_of
 
 FIELD = "provenance"
 PLACEMENT = frozenset({"device", "threads", "concurrency", "batch_size", "chunk_size", "workers"})
@@ -38,6 +37,8 @@ _SERVER = re.compile(r"^(openai:.+)@[A-Za-z][A-Za-z0-9+.-]*://.*$")
 def file_digest(path: Path) -> str:
     size = path.stat().st_size
     if size <= WHOLE_HASH_BYTES:
+        from vi.core.models.sources import sha256_of  # the models' package: only for a file's fingerprint
+
         return f"sha256:{sha256_of(path)[:16]}"
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

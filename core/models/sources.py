@@ -16,7 +16,6 @@ import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from vi.core.errors import ModelNotAvailable
@@ -30,6 +29,8 @@ def cache_dir() -> Path:
 
 def package_file(dist: str, suffix: str) -> Path | None:
     """The installed file of distribution `dist` whose path ends with `suffix`, if any."""
+    from importlib import metadata  # it imports email, csv and zipfile: only when weights are looked up
+
     try:
         files = metadata.distribution(dist).files or []
     except metadata.PackageNotFoundError:

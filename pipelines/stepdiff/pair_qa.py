@@ -45,7 +45,7 @@ from typing import Optional
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
-from vi.core.models.llm import ChatReply
+from vi.core.models.chat_backend import ChatReply
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt

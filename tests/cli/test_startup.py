@@ -78,8 +78,8 @@ def test_model_free_stages_import_no_model_library(tmp_path, tea):
     done, modules = imported(tmp_path, RUN_AND_LIST, "probe", str(tea), "-q")
     assert done.returncode == 0, done.stderr
     assert jsonl(done.stdout)[0]["has_audio"] is True
-    # the first stage of every pipeline reads headers only: not even numpy (130 ms)
-    assert heavy(modules) == [] and "numpy" not in modules
+    # the first stage of every pipeline reads headers only: not even numpy (130 ms), nor the model catalogue
+    assert heavy(modules) == [] and "numpy" not in modules and "vi.core.models" not in modules
     probed = tmp_path / "probed.jsonl"
     probed.write_text(done.stdout)
 
