@@ -54,7 +54,7 @@ def make_keyframes(videos: list[Path], seconds: int = VIDEO_S, per_video: int = 
                     for _ in range(per_video)] for video in videos}
 
 
-def bench_rebuild(videos: list[Path], keyframes: dict[Path, list], repeats: int = 2) -> dict:
+def bench_rebuild(videos: list[Path], keyframes: dict[Path, list], repeats: int = 2, video_s: int = VIDEO_S) -> dict:
     from vi.evaluation.bench.tools import alternate, cpus, median, show_sample, walls
     from vi.pipelines.showhowto.rebuild import frames_of, recipe_frame
 
@@ -76,7 +76,7 @@ def bench_rebuild(videos: list[Path], keyframes: dict[Path, list], repeats: int 
     count = sum(len(k) for k in keyframes.values())
     seconds = {name: median(walls(s)) for name, s in samples.items()}
     cpu = {name: median(cpus(s)) for name, s in samples.items()}  # the ffmpeg children's included
-    return {"videos": len(videos), "video_s": VIDEO_S, "frames": count, "seconds": seconds, "cpu_s": cpu,
+    return {"videos": len(videos), "video_s": video_s, "frames": count, "seconds": seconds, "cpu_s": cpu,
             "frames_per_s": {name: count / s for name, s in seconds.items()},
             "identical": got["seek"] == got["recipe"] and got["no-seek"] == got["recipe"]}
 
@@ -118,15 +118,17 @@ def bench_download(video: Path, repeats: int = 2, count: int = DOWNLOADS) -> dic
             "seconds": seconds, "mb_per_s": {name: megabytes / s for name, s in seconds.items()}}
 
 
-def bench_datasets(work: Path, repeats: int = 2, videos: int | None = None) -> dict:
-    """Both measures; one repeat (make bench --smoke) takes one video and 4 downloads."""
+def bench_datasets(work: Path, repeats: int = 2, videos: int | None = None, video_s: int = VIDEO_S,
+                   keyframes: int = KEYFRAMES_PER_VIDEO) -> dict:
+    """Both measures; one repeat (make bench --smoke) takes one video and 4 downloads, and the smoke run
+    shorter videos (`video_s`) with fewer `keyframes` each."""
     videos = videos or (3 if repeats > 1 else 1)
     folder = work / "dataset-videos"
     folder.mkdir(parents=True, exist_ok=True)
-    made = make_videos(folder, videos)
+    made = make_videos(folder, videos, video_s)
     clip = folder / "download-clip.mp4"  # 10 s, about 1 MB: 16 of them at 2 MB/s stay short
     subprocess.run(["ffmpeg", "-y", "-v", "error", "-i", str(made[0]), "-t", "10", "-c", "copy", str(clip)], check=True)
-    return {"rebuild": bench_rebuild(made, make_keyframes(made), repeats),
+    return {"rebuild": bench_rebuild(made, make_keyframes(made, video_s, keyframes), repeats, video_s),
             "download": bench_download(clip, repeats, DOWNLOADS if repeats > 1 else 4)}
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -43,12 +42,13 @@ def bench_records(count: int) -> list[dict]:
         {"start": 0.0, "end": 6.0, "text": TOPICS[i % len(TOPICS)][1]}]}} for i in range(count)]
 
 
-def run_filter(spec: str, records: list[dict], concurrency: int, threads: int, out: Path) -> float:
-    """Seconds for filter-instructional over `records` with the LLM `spec` (loaded before timing)."""
+def run_filter(spec: str, records: list[dict], concurrency: int, threads: int, out: Path, **options) -> float:
+    """Seconds for filter-instructional over `records` with the LLM `spec` (loaded before timing);
+    `options` are FilterConfig's (the bench's smoke run: short prompts)."""
     from vi.core.stream import Stage, StreamOptions, run_stage
     from vi.pipelines.showhowto import filter_instructional as fi
 
-    config = fi.FilterConfig(llm=spec, threads=threads, concurrency=concurrency)
+    config = fi.FilterConfig(llm=spec, threads=threads, concurrency=concurrency, **options)
     config.load_llm()  # loaded, or the server checked, outside the timing
     stage = Stage(fi.STAGE, writes=("instructional",), process=lambda r: fi.classify(r, config),
                   concurrency=concurrency)
@@ -82,11 +82,16 @@ def start_server(model_path: Path, threads: int) -> tuple[subprocess.Popen, str]
     raise RuntimeError("llama_cpp.server did not start (is the [server] extra installed? make install)")
 
 
-def bench_llm_server(count: int = 12) -> dict:
+def bench_llm_server(count: int = 12, threads: int | None = None, **options) -> dict:
+    """`threads` (default: the cores this process may run on) on both sides; `options` are FilterConfig's,
+    both sides (the bench's smoke run: short prompts; the packaged prompt's worked examples are most of
+    a call's cost)."""
+    from vi.core.devices import usable_cpus
     from vi.core.models.resolve import resolve
 
-    threads, records = os.cpu_count() or 1, bench_records(count)
-    result: dict = {"model": MODEL, "records": count, "threads": threads, "seconds": {}}
+    threads, records = threads or usable_cpus(), bench_records(count)
+    result: dict = {"model": MODEL, "records": count, "threads": threads, "seconds": {},
+                    "options": {k: str(v) for k, v in options.items()}}
     proc, url = start_server(resolve(MODEL, "llm"), threads)
     try:
         with tempfile.TemporaryDirectory(prefix="vi-bench-llm-") as tmp:
@@ -94,15 +99,15 @@ def bench_llm_server(count: int = 12) -> dict:
             sides = [("in process", MODEL, 1)] + [(f"server x{n}", f"openai:bench@{url}", n) for n in IN_FLIGHT]
             for name, spec, n in sides:
                 progress.print(f"  {name}: {count} records")
-                result["seconds"][name] = run_filter(spec, records, n, threads, out)
+                result["seconds"][name] = run_filter(spec, records, n, threads, out, **options)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    result["gpu"] = bench_transformers_gpu(records)
+    result["gpu"] = bench_transformers_gpu(records, **options)
     return result
 
 
-def bench_transformers_gpu(records: list[dict]) -> dict | None:
+def bench_transformers_gpu(records: list[dict], **options) -> dict | None:
     """transformers batched (8 in flight) against one at a time, on a GPU only."""
     import torch
 
@@ -111,8 +116,8 @@ def bench_transformers_gpu(records: list[dict]) -> dict | None:
     spec = f"transformers:{MODEL}"
     with tempfile.TemporaryDirectory(prefix="vi-bench-llm-") as tmp:
         out = Path(tmp) / "out.jsonl"
-        return {"one at a time": run_filter(spec, records, 1, 1, out),
-                "batched x8": run_filter(spec, records, 8, 1, out)}
+        return {"one at a time": run_filter(spec, records, 1, 1, out, **options),
+                "batched x8": run_filter(spec, records, 8, 1, out, **options)}
 
 
 def llm_server_rows(result: dict) -> list[Row]:

@@ -30,8 +30,8 @@ One run (about 8 minutes on 2 CPU cores) measures:
   `python -c "import typer, rich"`: wall time and peak RSS (`startup`).
 
 `--smoke` runs every section once on the smallest inputs (a 3 s clip, a few files and records,
-the small LLM, one repeat): it checks that the driver and each section work, in CI
-(tests/bench/test_bench_driver.py); its figures mean nothing.
+the small LLM with a two-line prompt, one repeat, pinned to one core): it checks that the driver
+and each section work, in CI (tests/bench/test_bench_driver.py); its figures mean nothing.
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -106,30 +106,61 @@ class Size:
     line of every section (the test of the driver), so its figures mean nothing."""
 
     repeats: int = 3  # timed in-process calls per side, every section that alternates
+    cpus: int | None = None  # run pinned to so many cores, children too (None: all this process may use)
     e2e_repeats: int = 2
     probe_repeats: int = 2
     probe_files: int = PROBE_FILES
     memory_counts: tuple[int, int] = MEMORY_COUNTS
     clip_s: float | None = None  # transcribe this much of the 27 s sample, not the talk (None: the talk)
     align_videos: int | None = None  # section d: the first so many how-to samples (None: all)
+    short_prompts: bool = False  # sections e and g: SHORT_PROMPTS, not the packaged few-shot prompts
     extract_options: dict[str, Any] = field(default_factory=dict)  # ExtractConfig's, section e
-    stepdiff: dict[str, Any] = field(default_factory=dict)  # bench_stepdiff's steps, rows, videos (section f)
+    stepdiff: dict[str, Any] = field(default_factory=dict)  # bench_stepdiff's steps, rows, videos, ... (section f)
     llm_records: int = 12  # section g
+    llm_options: dict[str, Any] = field(default_factory=dict)  # bench_llm_server's threads, FilterConfig's options
     caption_sequences: int = 16  # section h
     train_records: int = 32  # section i
     train_steps: int = 20
     generator_sequences: int = 8  # section j
+    generator_options: dict[str, Any] = field(default_factory=dict)  # bench_generator's ddim_steps, train_steps
     view_records: int = 10_000  # section k
+    datasets_options: dict[str, Any] = field(default_factory=dict)  # section l: bench_datasets' video_s, keyframes
     startup_repeats: int = 5  # section m: alternating rounds of fresh processes
 
 
 FULL = Size()
-SMOKE = Size(repeats=1, e2e_repeats=1, probe_repeats=1, probe_files=4, memory_counts=(2, 4), clip_s=3.0,
+# The smoke run is pinned to one core: on a busy machine (the 2-core CI machine at load 6-10) torch's,
+# CTranslate2's and llama.cpp's threads spin waiting for each other (section f took 61 s of CPU on 2
+# threads, 19 s on one; g's 2 records in process 270 s); and most of an LLM call there is its prompt
+# (llama.cpp read extract-steps' 909-token few-shot prompt in 14 s, wrote 64 tokens in 2), so sections
+# e and g send a two-line prompt, and g asks one question a record.
+SMOKE = Size(repeats=1, cpus=1, e2e_repeats=1, probe_repeats=1, probe_files=4, memory_counts=(2, 4), clip_s=3.0,
+             align_videos=1, short_prompts=True,
              # the small LLM repeats itself until max_new_tokens: a short reply, cut off, is timed
              # one llama.cpp thread: on a busy machine spinning threads burn CPU waiting for each other
              extract_options={"llm": SMALL_LLM, "segmentation": "model", "max_new_tokens": 64, "threads": 1},
-             align_videos=1, stepdiff={"steps": 1, "rows": 1, "videos": ("fruit_salad",)}, llm_records=2, caption_sequences=2, train_records=4, train_steps=2, generator_sequences=2,
-             view_records=20, startup_repeats=1)
+             stepdiff={"steps": 1, "rows": 1, "videos": ("fruit_salad",), "clips": 2, "batch": 1},
+             llm_records=1, llm_options={"ask": "paper"},  # one reply per record, not both questions
+             caption_sequences=2, train_records=4, train_steps=2,
+             generator_sequences=2, generator_options={"ddim_steps": 2, "train_steps": 1},
+             view_records=20, datasets_options={"video_s": 10, "keyframes": 2}, startup_repeats=1)
+
+# A smoke run's prompts (`Size.short_prompts`): the same placeholders as the packaged ones, no worked examples.
+SHORT_PROMPTS = {
+    "extract_steps": "### system\nList the steps of the task as JSON.\n### user\nTitle: ${title}\n${transcript}\n",
+    "filter_instructional": "### system\nIs the video a how-to? Answer in JSON.\n### user\n"
+                            "Title: ${title}\nTranscript: ${transcript}\n",
+    "filter_instructional_negated": "### system\nIs the video a vlog, review or talk? Answer in JSON.\n"
+                                    "### user\nTitle: ${title}\nTranscript: ${transcript}\n",
+}
+
+
+def write_short_prompts(folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {name: folder / f"{name}.txt" for name in SHORT_PROMPTS}
+    for name, path in paths.items():
+        path.write_text(SHORT_PROMPTS[name])
+    return paths
 
 
 
@@ -381,7 +412,7 @@ def media_duration(path: Path) -> float:
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+    return {"cpus": os.cpu_count(), "cpus_used": len(os.sched_getaffinity(0)), "python": platform.python_version(),
             "platform": platform.platform(), "load_average": list(os.getloadavg())}
 
 
@@ -397,6 +428,16 @@ def section(title: str, results: dict, key: str) -> Iterator[None]:
 
 
 def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
+    allowed = os.sched_getaffinity(0)
+    if size.cpus:  # before torch is imported: it sizes its thread pool by the cores it may use
+        os.sched_setaffinity(0, sorted(allowed)[:size.cpus])
+    try:
+        return _run_bench(sample, out, size)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _run_bench(sample: Path, out: Path, size: Size) -> dict:
     from vi.evaluation.demo.samples import make_all
 
     make_all(sample)  # the tea and how-to samples; reused when `make sample` already made them
@@ -404,11 +445,13 @@ def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
     repeats = size.repeats
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    results: dict[str, Any] = {"reproduce": REPRODUCE, "size": asdict(size),
+                               "machine_at_start": machine()}
     with tempfile.TemporaryDirectory(prefix="vi-bench-") as tmp:
         work = Path(tmp)
+        prompts = write_short_prompts(work / "prompts") if size.short_prompts else {}
         media = transcribe_input(sample, work, size.clip_s)
-        results: dict[str, Any] = {"reproduce": REPRODUCE, "size": asdict(size), "machine_at_start": machine(),
-                                   "transcribe_input": {"path": str(media), "duration_s": media_duration(media)}}
+        results["transcribe_input"] = {"path": str(media), "duration_s": media_duration(media)}
         key = "transcribe_in_process"
         with section(f"a. transcribe in process: {media.name}", results, key):
             results[key] = bench_transcribe_in_process(media, repeats)
@@ -425,13 +468,16 @@ def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
                                                                                   videos=size.align_videos)]
         with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results,
                      "extract_steps"):
-            results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **size.extract_options)
+            options = {**size.extract_options, **({"prompt": prompts["extract_steps"]} if prompts else {})}
+            results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **options)
         with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
                      "stepdiff"):
             results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out, repeats, **size.stepdiff)]
         with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
                      "llm_server"):
-            results["llm_server"] = bench_llm_server(size.llm_records)
+            options = {**size.llm_options, **({"prompt": prompts["filter_instructional"], "negated_prompt":
+                                               prompts["filter_instructional_negated"]} if prompts else {})}
+            results["llm_server"] = bench_llm_server(size.llm_records, **options)
         with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
                      "caption_frames"):
             results["caption_frames"] = bench_caption_frames("qwen2_vl", sequences=size.caption_sequences,
@@ -443,12 +489,13 @@ def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
                 repeats=repeats, work=work)
         with section("j. ShowHowTo generator: batched generation, cached latents, vs the release's sampler (tiny)",
                      results, "generator"):
-            results["generator"] = bench_generator(sequences=size.generator_sequences, repeats=repeats, work=work)
+            results["generator"] = bench_generator(sequences=size.generator_sequences, repeats=repeats,
+                                                   work=work, **size.generator_options)
         with section(f"k. vi view: a report of {size.view_records:,} records in Chromium", results, "view"):
             results["view"] = bench_view(size.view_records, repeats, work=work)
         with section("l. datasets: rebuild showhowto vs the release's recipe; download, 8 vs 1 in flight", results,
                      "datasets"):
-            results["datasets"] = bench_datasets(work, min(repeats, 2))
+            results["datasets"] = bench_datasets(work, min(repeats, 2), **size.datasets_options)
         with section("m. start-up: model-free commands vs a bare typer + rich import", results, "startup"):
             results["startup"] = bench_startup(video, work / "startup", size.startup_repeats)
     results["total_s"] = time.perf_counter() - started

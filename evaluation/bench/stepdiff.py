@@ -35,8 +35,10 @@ def sample_clips(sample_dir: Path, videos: tuple[str, ...] = SAMPLES) -> list[di
 
 
 def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: str = "cpu", steps: int = STEPS,
-                   rows: int = ROWS, videos: tuple[str, ...] = SAMPLES) -> list[Row]:
-    """`steps`, `rows` and `videos` smaller than the defaults: the bench's smoke run."""
+                   rows: int = ROWS, videos: tuple[str, ...] = SAMPLES, clips: int | None = None,
+                   batch: int = BATCH) -> list[Row]:
+    """`steps`, `rows`, `videos`, `clips` (the first so many of the videos' clips; None: all) and `batch`
+    smaller than the defaults: the bench's smoke run."""
     import torch
     from vi.core.devices import resolve_placement
     from vi.core.features import FeatureStore, FeatureWriter
@@ -46,7 +48,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     from vi.pipelines.stepdiff.video_encoder import encode_video, load_video_encoder
 
     placement = resolve_placement(device)
-    clips = sample_clips(sample_dir, videos)
+    clips = sample_clips(sample_dir, videos)[:clips]
     encoder = load_video_encoder(resolve(DEFAULT_IMAGE_CLASSIFIER, "video-encoder"), placement)
     torch.manual_seed(0)
     model = StepDiffModel.build(SMALL_LLM, encoder.info, placement, dim=256)
@@ -56,7 +58,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
         QUESTION, (a["id"], b["id"]), answer=b["narration"])[0]) for a, b in pairs}
     progress.print(f"  StepDiff: {len(clips)} clips, {encoder.info['encoder']} tokens "
                    f"{encoder.info.get('frames')}x{encoder.info.get('tokens_per_frame')}x{encoder.info['dim']}, "
-                   f"SmolLM2-135M, projector width 256, batch {BATCH}, {steps} steps and {rows} DiffMCQ rows per sample, "
+                   f"SmolLM2-135M, projector width 256, batch {batch}, {steps} steps and {rows} DiffMCQ rows per sample, "
                    f"{placement.device}")
     with tempfile.TemporaryDirectory(prefix="vi-bench-stepdiff-") as tmp:
         writer = FeatureWriter(Path(tmp), encoder.info)
@@ -65,10 +67,10 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
         position = [0]
 
         def step(features_of) -> None:
-            batch = [pairs[(position[0] + k) % len(pairs)] for k in range(BATCH)]
-            position[0] += BATCH
-            features = {c["id"]: features_of(c) for pair in batch for c in pair}
-            loss = model.loss([sequences[(a["id"], b["id"])] for a, b in batch], features)
+            chosen = [pairs[(position[0] + k) % len(pairs)] for k in range(batch)]
+            position[0] += batch
+            features = {c["id"]: features_of(c) for pair in chosen for c in pair}
+            loss = model.loss([sequences[(a["id"], b["id"])] for a, b in chosen], features)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -100,7 +102,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
                     model.scores([sequence], features)
 
         score_runs = alternate({"batched": batched, "one by one": one_by_one}, repeats, show_sample)
-    samples = BATCH * steps
+    samples = batch * steps
     cached_s = median([s.wall for s in train_runs["cached features"]])
     encode_s = median([s.wall for s in train_runs["re-encoding"]])
     batched_s = median([s.wall for s in score_runs["batched"]])
@@ -118,7 +120,7 @@ def bench_stepdiff(sample_dir: Path, out_dir: Path, repeats: int = 3, device: st
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "stepdiff.json").write_text(json.dumps({
-        "device": placement.device, "clips": len(clips), "batch": BATCH, "steps": steps,
+        "device": placement.device, "clips": len(clips), "batch": batch, "steps": steps,
         "train_s": {k: [s.wall for s in v] for k, v in train_runs.items()},
         "score_s": {k: [s.wall for s in v] for k, v in score_runs.items()},
         "rows": [row.as_dict() for row in table]}, indent=2) + "\n")
