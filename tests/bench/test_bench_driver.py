@@ -22,6 +22,16 @@ def test_the_sizes_say_what_each_section_runs():
     assert bench.size_of(bench.parse_args(["--smoke", "--repeats", "4"])) == bench.SMOKE
 
 
+def test_the_talk_is_measured_end_to_end_beside_the_short_sample_with_its_own_target(tmp_path, monkeypatch):
+    talk = tmp_path / "talk.mp4"
+    monkeypatch.setattr(bench, "TALK", talk)
+    assert bench.transcribe_inputs(tmp_path, tmp_path) == [(tmp_path / "tea.mp4", bench.SHORT_TARGET)]
+    talk.touch()
+    assert bench.transcribe_inputs(tmp_path, tmp_path) == [(tmp_path / "tea.mp4", bench.SHORT_TARGET),
+                                                           (talk, bench.TALK_TARGET)]
+    assert bench.TALK_TARGET == 1.0 and 1 / bench.SHORT_TARGET == pytest.approx(0.95)
+
+
 @pytest.mark.slow
 def test_every_section_runs_and_the_table_is_printed(tmp_path):
     out = tmp_path / "bench"
