@@ -281,8 +281,9 @@ test: $(STAMPS)/install
 test-fast: $(STAMPS)/install
 	$(BIN)/python -m pytest -m "not slow" $(TEST_PARALLEL) $(PYTEST_ARGS)
 
+# make bench ONLY=a,m: those sections alone (letters as in evaluation/bench/run.py)
 bench: sample
-	$(BIN)/python -m vi.evaluation.bench.run --sample $(OUT)/sample --out $(OUT)/bench
+	$(BIN)/python -m vi.evaluation.bench.run --sample $(OUT)/sample --out $(OUT)/bench $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(OUT) build dist *.egg-info .pytest_cache

@@ -1,8 +1,9 @@
 """`make bench`: each vi stage against the raw library doing the same work, as ratios.
 
     python -m vi.evaluation.bench.run --sample out/sample --out out/bench
+    python -m vi.evaluation.bench.run --only a,m      # some sections alone
 
-One run (about 10 minutes on 2 CPU cores) measures:
+One run (about 10 minutes on 2 CPU cores) measures, section by section (a to m):
 - transcribe: vi in process, steady state (`transcribe_record` with the model loaded), against
   the raw whisperx load_model + transcribe on the same audio, model, device and threads, on the
   123 s LAION talk where ../shared/data is present, else on the 27 s tea sample; and end to end
@@ -35,6 +36,7 @@ One run (about 10 minutes on 2 CPU cores) measures:
 `--smoke` runs every section once on the smallest inputs (a 3 s clip, a few files and records,
 the small LLM with a two-line prompt, one repeat, pinned to one core): it checks that the driver
 and each section work, in CI (tests/bench/test_bench_driver.py); its figures mean nothing.
+`--only a,b,m` runs those sections alone (with `--smoke` too), and the table shows only theirs.
 
 The table of ratios goes to stdout, progress to stderr, every sample to OUT/results.json.
 vi and raw runs alternate (A B, B A, A B, ...), so a change in machine load (other jobs on a
@@ -105,6 +107,10 @@ BATCH_SIZE = 8  # vi transcribe's default, passed to the raw call too
 # where the interpreter's and the CLI's start are a larger share, and as fast on the 2-minute talk
 SHORT_TARGET = 1 / 0.95
 TALK_TARGET = 1.0
+SECTIONS = {"a": "transcribe", "b": "probe", "c": "peak memory", "d": "align-frames", "e": "extract-steps",
+            "f": "StepDiff's model", "g": "LLM backends", "h": "caption-frames", "i": "train captioner",
+            "j": "ShowHowTo generator", "k": "vi view", "l": "datasets", "m": "start-up"}
+ALL_SECTIONS = "".join(SECTIONS)
 
 
 @dataclass(frozen=True)
@@ -441,106 +447,138 @@ def section(title: str, results: dict, key: str) -> Iterator[None]:
     progress.print(f"  ({seconds:.0f} s)")
 
 
-def run_bench(sample: Path, out: Path, size: Size = FULL) -> dict:
+def make_samples(sample: Path, only: str) -> None:
+    """The samples the sections in `only` read, made in `sample` (reused when `make sample` made them)."""
+    from vi.evaluation.demo.samples import make_all, make_tea_sample
+
+    if set(only) & set("def"):  # the how-to samples
+        make_all(sample)
+    elif set(only) & set("abcm"):  # the tea sample alone
+        make_tea_sample(sample)
+
+
+def run_bench(sample: Path, out: Path, size: Size = FULL, only: str = ALL_SECTIONS) -> dict:
+    """The sections whose letters are in `only` (see SECTIONS), in order."""
     allowed = os.sched_getaffinity(0)
     if size.cpus:  # before torch is imported: it sizes its thread pool by the cores it may use
         os.sched_setaffinity(0, sorted(allowed)[:size.cpus])
     try:
-        return _run_bench(sample, out, size)
+        return _run_bench(sample, out, size, only)
     finally:
         os.sched_setaffinity(0, allowed)
 
 
-def _run_bench(sample: Path, out: Path, size: Size) -> dict:
-    from vi.evaluation.demo.samples import make_all
-
-    make_all(sample)  # the tea and how-to samples; reused when `make sample` already made them
+def _run_bench(sample: Path, out: Path, size: Size, only: str) -> dict:
+    make_samples(sample, only)
     video = sample / "tea.mp4"
     repeats = size.repeats
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results: dict[str, Any] = {"reproduce": REPRODUCE, "size": asdict(size),
+    results: dict[str, Any] = {"reproduce": REPRODUCE, "sections": only, "size": asdict(size),
                                "machine_at_start": machine()}
     with tempfile.TemporaryDirectory(prefix="vi-bench-") as tmp:
         work = Path(tmp)
         prompts = write_short_prompts(work / "prompts") if size.short_prompts else {}
-        inputs = transcribe_inputs(sample, work, size.clip_s)
-        media = inputs[-1][0]
-        results["transcribe_input"] = {"path": str(media), "duration_s": media_duration(media)}
-        key = "transcribe_in_process"
-        with section(f"a. transcribe in process: {media.name}", results, key):
-            results[key] = bench_transcribe_in_process(media, repeats)
-        key = "transcribe_end_to_end"
-        names = ", ".join(m.name for m, _ in inputs)
-        with section(f"a. transcribe end to end (fresh processes): {names}", results, key):
-            results[key] = []
-            for path, target in inputs:
-                progress.print(f"  {path.name}")
-                results[key].append(bench_transcribe_end_to_end(path, work, out, size.e2e_repeats, target))
-        with section(f"b. probe: {size.probe_files} files", results, "probe"):
-            results["probe"] = bench_probe(video, work, size.probe_files, size.probe_repeats)
-        counts = " and ".join(f"{c:,}" for c in size.memory_counts)
-        with section(f"c. peak memory on {counts} records", results, "memory"):
-            results["memory"] = bench_memory(video, work, size.memory_counts)
-        with section("d. align-frames on the how-to samples", results, "align_frames"):
-            results["align_frames"] = [asdict(row) for row in bench_align_frames(sample, out, repeats,
-                                                                                  videos=size.align_videos)]
-        with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results,
-                     "extract_steps"):
-            options = {**size.extract_options, **({"prompt": prompts["extract_steps"]} if prompts else {})}
-            results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **options)
-        with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
-                     "stepdiff"):
-            results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out, repeats, **size.stepdiff)]
-        with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
-                     "llm_server"):
-            options = {**size.llm_options, **({"prompt": prompts["filter_instructional"], "negated_prompt":
-                                               prompts["filter_instructional_negated"]} if prompts else {})}
-            results["llm_server"] = bench_llm_server(size.llm_records, **options)
-        with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
-                     "caption_frames"):
-            results["caption_frames"] = bench_caption_frames("qwen2_vl", sequences=size.caption_sequences,
-                                                             repeats=min(repeats, 2), device=best_device(), work=work)
-        with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
-                     "train_captioner"):
-            results["train_captioner"] = bench_train_captioner(
-                records=size.train_records, steps=size.train_steps, dpo_steps=max(1, size.train_steps // 2),
-                repeats=repeats, work=work)
-        with section("j. ShowHowTo generator: batched generation, cached latents, vs the release's sampler (tiny)",
-                     results, "generator"):
-            results["generator"] = bench_generator(sequences=size.generator_sequences, repeats=repeats,
-                                                   work=work, **size.generator_options)
-        with section(f"k. vi view: a report of {size.view_records:,} records in Chromium", results, "view"):
-            results["view"] = bench_view(size.view_records, repeats, work=work)
-        with section("l. datasets: rebuild showhowto vs the release's recipe; download, 8 vs 1 in flight", results,
-                     "datasets"):
-            results["datasets"] = bench_datasets(work, min(repeats, 2), **size.datasets_options)
-        with section("m. start-up: model-free commands vs a bare typer + rich import", results, "startup"):
-            results["startup"] = bench_startup(video, work / "startup", size.startup_repeats)
+        if "a" in only:
+            inputs = transcribe_inputs(sample, work, size.clip_s)
+            media = inputs[-1][0]
+            results["transcribe_input"] = {"path": str(media), "duration_s": media_duration(media)}
+            key = "transcribe_in_process"
+            with section(f"a. transcribe in process: {media.name}", results, key):
+                results[key] = bench_transcribe_in_process(media, repeats)
+            key = "transcribe_end_to_end"
+            names = ", ".join(m.name for m, _ in inputs)
+            with section(f"a. transcribe end to end (fresh processes): {names}", results, key):
+                results[key] = []
+                for path, target in inputs:
+                    progress.print(f"  {path.name}")
+                    results[key].append(bench_transcribe_end_to_end(path, work, out, size.e2e_repeats, target))
+        if "b" in only:
+            with section(f"b. probe: {size.probe_files} files", results, "probe"):
+                results["probe"] = bench_probe(video, work, size.probe_files, size.probe_repeats)
+        if "c" in only:
+            counts = " and ".join(f"{c:,}" for c in size.memory_counts)
+            with section(f"c. peak memory on {counts} records", results, "memory"):
+                results["memory"] = bench_memory(video, work, size.memory_counts)
+        if "d" in only:
+            with section("d. align-frames on the how-to samples", results, "align_frames"):
+                results["align_frames"] = [asdict(row) for row in bench_align_frames(
+                    sample, out, repeats, videos=size.align_videos)]
+        if "e" in only:
+            with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results, "extract_steps"):
+                options = {**size.extract_options, **({"prompt": prompts["extract_steps"]} if prompts else {})}
+                results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **options)
+        if "f" in only:
+            with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
+                         "stepdiff"):
+                results["stepdiff"] = [asdict(row) for row in bench_stepdiff(sample, out, repeats, **size.stepdiff)]
+        if "g" in only:
+            with section("g. LLM backends: a local server with 1, 4, 8 in flight vs in process", results,
+                         "llm_server"):
+                options = {**size.llm_options, **({"prompt": prompts["filter_instructional"], "negated_prompt":
+                                                   prompts["filter_instructional_negated"]} if prompts else {})}
+                results["llm_server"] = bench_llm_server(size.llm_records, **options)
+        if "h" in only:
+            with section("h. caption-frames: sequences batched vs one per call (tiny Qwen2-VL)", results,
+                         "caption_frames"):
+                results["caption_frames"] = bench_caption_frames(
+                    "qwen2_vl", sequences=size.caption_sequences, repeats=min(repeats, 2), device=best_device(),
+                    work=work)
+        if "i" in only:
+            with section("i. train captioner: cached frames vs re-reading them (tiny LLaVA-OneVision)", results,
+                         "train_captioner"):
+                results["train_captioner"] = bench_train_captioner(
+                    records=size.train_records, steps=size.train_steps, dpo_steps=max(1, size.train_steps // 2),
+                    repeats=repeats, work=work)
+        if "j" in only:
+            with section("j. ShowHowTo generator: batched generation, cached latents, vs the release's sampler "
+                         "(tiny)", results, "generator"):
+                results["generator"] = bench_generator(sequences=size.generator_sequences, repeats=repeats,
+                                                       work=work, **size.generator_options)
+        if "k" in only:
+            with section(f"k. vi view: a report of {size.view_records:,} records in Chromium", results, "view"):
+                results["view"] = bench_view(size.view_records, repeats, work=work)
+        if "l" in only:
+            with section("l. datasets: rebuild showhowto vs the release's recipe; download, 8 vs 1 in flight",
+                         results, "datasets"):
+                results["datasets"] = bench_datasets(work, min(repeats, 2), **size.datasets_options)
+        if "m" in only:
+            with section("m. start-up: model-free commands vs a bare typer + rich import", results, "startup"):
+                results["startup"] = bench_startup(video, work / "startup", size.startup_repeats)
     results["total_s"] = time.perf_counter() - started
     results["machine_at_end"] = machine()
     return results
 
 
+# Each section's rows from its result (section a's from two), in the table's order.
+ROWS_OF = (("probe", probe_rows), ("memory", memory_rows), ("align_frames", lambda r: [Row(**row) for row in r]),
+           ("extract_steps", extract_steps_rows), ("stepdiff", lambda r: [Row(**row) for row in r]),
+           ("llm_server", llm_server_rows), ("caption_frames", caption_bench_rows),
+           ("train_captioner", train_bench_rows), ("generator", generator_bench_rows), ("view", view_bench_rows),
+           ("datasets", datasets_bench_rows), ("startup", startup_rows))
+
+
 def all_rows(results: dict) -> list[Row]:
-    return (transcribe_rows(results["transcribe_in_process"], results["transcribe_end_to_end"])
-            + probe_rows(results["probe"]) + memory_rows(results["memory"])
-            + [Row(**row) for row in results["align_frames"]]
-            + extract_steps_rows(results["extract_steps"])
-            + [Row(**row) for row in results["stepdiff"]]
-            + llm_server_rows(results["llm_server"]) + caption_bench_rows(results["caption_frames"])
-            + train_bench_rows(results["train_captioner"]) + generator_bench_rows(results["generator"])
-            + view_bench_rows(results["view"]) + datasets_bench_rows(results["datasets"])
-            + startup_rows(results["startup"]))
+    """The rows of the sections that ran."""
+    rows = []
+    if "transcribe_in_process" in results:
+        rows += transcribe_rows(results["transcribe_in_process"], results["transcribe_end_to_end"])
+    for key, rows_of in ROWS_OF:
+        if key in results:
+            rows += rows_of(results[key])
+    return rows
 
 
 def report(results: dict, rows: list[Row], path: Path, console: Console) -> None:
-    media = results["transcribe_input"]
-    in_process = results["transcribe_in_process"]
-    console.print(f"transcribe input in process: {media['path']} ({media['duration_s']:.1f} s of audio); "
-                  f"{in_process['config']['model']}, {in_process['config']['threads']} threads, "
-                  f"batch {in_process['config']['batch_size']}, cpu int8; vi word times: "
-                  f"{in_process['vi_word_timing_method']}", soft_wrap=True)
+    if results["sections"] != ALL_SECTIONS:
+        console.print(f"sections: {', '.join(f'{k} ({SECTIONS[k]})' for k in results['sections'])}", soft_wrap=True)
+    if "transcribe_in_process" in results:
+        media = results["transcribe_input"]
+        in_process = results["transcribe_in_process"]
+        console.print(f"transcribe input in process: {media['path']} ({media['duration_s']:.1f} s of audio); "
+                      f"{in_process['config']['model']}, {in_process['config']['threads']} threads, "
+                      f"batch {in_process['config']['batch_size']}, cpu int8; vi word times: "
+                      f"{in_process['vi_word_timing_method']}", soft_wrap=True)
     console.print(build_table(rows))
     note = busy_note(results["machine_at_start"], results["machine_at_end"])
     if note:
@@ -570,10 +608,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="end-to-end transcribe processes per side (median)")
     parser.add_argument("--probe-repeats", type=int, default=FULL.probe_repeats,
                         help="probe passes over all files per side (median)")
+    parser.add_argument("--only", type=section_letters, default=",".join(SECTIONS), metavar="SECTIONS",
+                        help="run these sections alone, letters separated by commas, e.g. a,b,m: "
+                             + ", ".join(f"{k} ({v})" for k, v in SECTIONS.items()))
     parser.add_argument("--smoke", action="store_true",
                         help="every section once on the smallest inputs: checks that the bench runs; "
-                             "its figures mean nothing (the other options are ignored)")
+                             "its figures mean nothing (--repeats and the like are ignored; --only is not)")
     return parser.parse_args(argv)
+
+
+def section_letters(text: str) -> str:
+    """`--only`'s value: "a,b,m" -> "abm" (in the run's order); an unknown letter is an error that
+    lists the sections."""
+    letters = {part.strip().lower() for part in text.split(",") if part.strip()}
+    unknown = sorted(letters - set(SECTIONS))
+    if unknown or not letters:
+        said = f"unknown section {', '.join(map(repr, unknown))}" if unknown else "no section given"
+        raise argparse.ArgumentTypeError(f"{said}; the sections are "
+                                         + ", ".join(f"{k} ({v})" for k, v in SECTIONS.items()))
+    return "".join(k for k in SECTIONS if k in letters)
 
 
 def size_of(args: argparse.Namespace) -> Size:
@@ -601,7 +654,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download: the models are embedded
     console = report_console()
     console.print(f"reproduce: {REPRODUCE}", soft_wrap=True)
-    results = run_bench(args.sample, args.out, size_of(args))
+    results = run_bench(args.sample, args.out, size_of(args), args.only)
     rows = all_rows(results)
     results["rows"] = [row.as_dict() for row in rows]
     path = args.out / "results.json"
