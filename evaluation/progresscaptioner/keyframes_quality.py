@@ -3,6 +3,7 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,calibrated] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
+    python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias none,orders]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -23,6 +24,9 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   share of kept frames showing a stage an earlier kept frame already shows;
 - chance: the same number of frames per sequence drawn at random (frame 0 kept when the method keeps it),
   --draws draws seeded, averaged.
+captions: heldout/keyframes_sequences_measure.json, ten hand-written caption sequences of 5-6 frames with known
+stages, the frames of one stage worded differently (as a captioning VLM varies), written for measuring only; the
+same rows as samples but kmeans (there are no images).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
 call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 """
@@ -149,27 +153,10 @@ def chance(kept: list[list[int]], stages: list[list[int]], draws: int, seed: int
     return {key: sum(values) / len(values) for key, values in totals.items()}
 
 
-def run_samples(args, console: Console) -> dict:
-    from vi.evaluation.progresscaptioner.samples import make_progress_sequences
-    from vi.pipelines.progresscaptioner.caption_frames import caption_batch
-
-    out_dir = Path(args.out or tempfile.mkdtemp(prefix="vi-keyframes-quality-"))
-    paths = make_progress_sequences(out_dir, args.n, args.seed)
-    truth = {t["id"]: t for t in map(json.loads, paths["labels"].read_text().splitlines())}
-    records = [r for r in map(json.loads, paths["sequences"].read_text().splitlines()) if r["split"] == "measure"]
-    start = time.time()
-    captioner = kf.pair_captioner(args.captioner, device="cpu", seed=args.seed)
-    made = caption_batch(records, captioner)
-    failed = [(r["id"], m) for r, m in zip(records, made) if isinstance(m, Exception)]
-    records = [{**r, **m} for r, m in zip(records, made) if not isinstance(m, Exception)]
-    console.print(f"captioned {len(records)} measure sequences with {captioner.model} in {time.time() - start:.0f}s"
-                  + (f"; failed: {failed}" if failed else ""), highlight=False)
-    stages = [truth[r["id"]]["stages"] for r in records]
+def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str, dict]:
+    """Per judge LLM and --debias: what `vi keyframes --method progress` keeps, and uniform frames of the
+    same count; each row scored against the stages and against chance at the same counts."""
     rows: dict[str, dict] = {}
-
-    def add(name: str, kept: list[list[int]], **extra) -> None:
-        rows[name] = {**scores(kept, stages), "chance": chance(kept, stages, args.draws, args.seed), **extra}
-
     for model in args.models:
         for debias in args.debias:
             config, llm = judge_config(model, args.threads, debias=debias)
@@ -178,16 +165,19 @@ def run_samples(args, console: Console) -> dict:
             letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
             methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
             kept = [[k["index"] for k in o["keyframes"]] for o in outs]
-            add(f"progress ({model}, --debias {debias})", kept, letters=dict(letters), methods=dict(methods),
-                seconds=round(time.time() - start, 1))
-            add(f"uniform (count of {model}, --debias {debias})",
-                [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)])
-    kmeans = kf.KeyframesConfig(method="kmeans", image_model=DEFAULT_IMAGE_CLASSIFIER, device="cpu", seed=args.seed)
-    add("kmeans (efficientnet-lite0)", [[k["index"] for k in kf.keyframes(r, kmeans)["keyframes"]] for r in records])
-    add("all frames", [list(range(len(plan))) for plan in stages])
+            rows[f"progress ({model}, --debias {debias})"] = scored(
+                kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1))
+            rows[f"uniform (count of {model}, --debias {debias})"] = scored(
+                [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)], stages, args)
+    return rows
 
-    table = Table(title=f"Keyframes vs the true stages: {len(records)} sample sequences, "
-                        f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages")
+
+def scored(kept: list[list[int]], stages: list[list[int]], args, **extra) -> dict:
+    return {**scores(kept, stages), "chance": chance(kept, stages, args.draws, args.seed), **extra}
+
+
+def print_rows(rows: dict[str, dict], title: str, console: Console) -> None:
+    table = Table(title=title)
     for column in ("method", "kept", "change P", "chance", "change R", "chance", "coverage", "chance",
                    "redundancy", "chance"):
         table.add_column(column, justify="right")
@@ -204,12 +194,66 @@ def run_samples(args, console: Console) -> dict:
         if "letters" in row:
             console.print(f"{name}: letters {row['letters']} (decided by {row['methods']}), {row['seconds']}s",
                           highlight=False)
+
+
+def run_samples(args, console: Console) -> dict:
+    from vi.evaluation.progresscaptioner.samples import make_progress_sequences
+    from vi.pipelines.progresscaptioner.caption_frames import caption_batch
+
+    out_dir = Path(args.out or tempfile.mkdtemp(prefix="vi-keyframes-quality-"))
+    paths = make_progress_sequences(out_dir, args.n, args.seed)
+    truth = {t["id"]: t for t in map(json.loads, paths["labels"].read_text().splitlines())}
+    records = [r for r in map(json.loads, paths["sequences"].read_text().splitlines()) if r["split"] == "measure"]
+    start = time.time()
+    captioner = kf.pair_captioner(args.captioner, device="cpu", seed=args.seed)
+    made = caption_batch(records, captioner)
+    failed = [(r["id"], m) for r, m in zip(records, made) if isinstance(m, Exception)]
+    records = [{**r, **m} for r, m in zip(records, made) if not isinstance(m, Exception)]
+    console.print(f"captioned {len(records)} measure sequences with {captioner.model} in {time.time() - start:.0f}s"
+                  + (f"; failed: {failed}" if failed else ""), highlight=False)
+    stages = [truth[r["id"]]["stages"] for r in records]
+    rows = judged_rows(records, stages, args)
+    kmeans = kf.KeyframesConfig(method="kmeans", image_model=DEFAULT_IMAGE_CLASSIFIER, device="cpu", seed=args.seed)
+    rows["kmeans (efficientnet-lite0)"] = scored(
+        [[k["index"] for k in kf.keyframes(r, kmeans)["keyframes"]] for r in records], stages, args)
+    rows["all frames"] = scored([list(range(len(plan))) for plan in stages], stages, args)
+    print_rows(rows, f"Keyframes vs the true stages: {len(records)} sample sequences, "
+                     f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages", console)
     return {"sequences": len(records), "captioner": captioner.model, "rows": rows, "out": str(out_dir)}
+
+
+# --- captions: hand-written caption sequences whose stages are known -------------------------------------
+
+HELDOUT_SEQUENCES = Path(__file__).parent / "heldout" / "keyframes_sequences_measure.json"
+
+
+def heldout_records() -> tuple[list[dict], list[list[int]]]:
+    """The measure set's sequences as records with their captions (one full-sequence reply's, as a VLM's
+    captions of a whole sequence), and each frame's stage."""
+    sequences = json.loads(HELDOUT_SEQUENCES.read_text())["sequences"]
+    records = [{"id": s["id"], "action": s["action"],
+                "captions": {"model": "hand-written", "kind": "heldout", "window": "full",
+                             "items": [{"frame": i, "text": t} for i, t in enumerate(s["captions"])]}}
+               for s in sequences]
+    return records, [s["stages"] for s in sequences]
+
+
+def run_captions(args, console: Console) -> dict:
+    """Unlike the samples, whose offline captions are identical for the frames of one stage (any judge
+    keeps one frame per stage there), these captions word one stage differently from frame to frame, as
+    a VLM does: a judge that calls every reworded pair a change keeps about as many redundant frames as
+    chance."""
+    records, stages = heldout_records()
+    rows = judged_rows(records, stages, args)
+    rows["all frames"] = scored([list(range(len(plan))) for plan in stages], stages, args)
+    print_rows(rows, f"Keyframes vs the true stages: {len(records)} hand-written caption sequences (measure only), "
+                     f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages", console)
+    return {"sequences": len(records), "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("real", "samples"))
+    parser.add_argument("what", choices=("real", "samples", "captions"))
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--debias", default="calibrated", help="samples: the judges' --debias, comma-separated "
                         "(none,calibrated: the paper's single ask beside the default)")
@@ -225,7 +269,7 @@ def main() -> None:
     args.models = [m for m in args.models.split(",") if m]
     args.debias = [d for d in args.debias.split(",") if d]
     console = Console(width=150)
-    result = run_real(args, console) if args.what == "real" else run_samples(args, console)
+    result = {"real": run_real, "samples": run_samples, "captions": run_captions}[args.what](args, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
