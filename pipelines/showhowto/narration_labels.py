@@ -20,6 +20,8 @@ How the labels are read depends on the backend:
   and the label is the likeliest of the three after "[n] text ->" (labels_from_scores says why
   the window); llama.cpp keeps the cache of the examples, so a line costs the window's tokens
   (the cache is reset at each record, so a record's labels do not depend on the one before);
+  each line is read a second time alone, with no earlier line, and TALK needs the evidence of
+  both readings (labels_from_scores says why: a closing line read in a run of steps);
 - a server or transformers: one chat request with the same examples, the reply constrained to
   `{"labels": [one label per line]}`.
 """
@@ -69,7 +71,8 @@ CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context al
 
 
 def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: list[str],
-                       window: int | None = LABEL_WINDOW, calibrate: bool = False) -> list[dict[str, Any]]:
+                       window: int | None = LABEL_WINDOW, calibrate: bool = False,
+                       alone: bool = True) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -82,6 +85,11 @@ def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: li
     off by default: "N/A" reads as talk to the model, so dividing by it called 33 of the pressure
     cooker's 47 lines STEP, 18 of its 32 talk lines among them (the window alone: none of its 15
     action lines TALK, the greeting and both outros TALK, the talk in the middle MORE).
+
+    With `alone` (the default), each line is also read with no earlier line (`both_readings`): in its
+    window the model continues the labels it has just given, so a closing line after a run of steps
+    ("And that's it, you're ready to ride") reads as one more step; read alone it is talk. Alone, a
+    line cannot be MORE (no step above it), so that reading only has a say on TALK.
     """
     prefix, out = label_examples() + video_header(title), []
     for n, line in enumerate(texts, 1):
@@ -90,11 +98,32 @@ def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: li
         scores = np.asarray(score(context + f"[{n}] {line} ->"), dtype=float)
         if calibrate:
             scores = scores - np.asarray(score(context + f"[{n}] {CONTENT_FREE} ->"), dtype=float)
-        probs = np.exp(scores - np.logaddexp.reduce(scores))
+        probs = softmax(scores)
+        mark = {}
+        if alone:
+            read_alone = softmax(np.asarray(score(prefix + f"[{n}] {line} ->"), dtype=float))
+            mark["alone"] = [round(float(x), 3) for x in read_alone]
+            probs = both_readings(probs, read_alone)
         label = LABELS[int(np.argmax(probs))]
         out.append({"label": label, "p": round(float(probs.max()), 3),
-                    "probs": [round(float(x), 3) for x in probs]})
+                    "probs": [round(float(x), 3) for x in probs], **mark})
     return out
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    return np.exp(scores - np.logaddexp.reduce(scores))
+
+
+def both_readings(in_window: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """P(STEP, MORE, TALK) of a line read in its window and alone: TALK against not-TALK by the sum of
+    both readings' log-odds (two views of one line, each read as evidence, as naive Bayes does with
+    independent ones), then STEP against MORE as the window reads them (alone, no step is above)."""
+    talk_window, talk_alone = float(in_window[-1]), float(alone[-1])
+    yes, no = talk_window * talk_alone, (1.0 - talk_window) * (1.0 - talk_alone)
+    talk = yes / (yes + no) if yes + no > 0 else talk_window
+    step, more = float(in_window[0]), float(in_window[1])
+    share = step / (step + more) if step + more > 0 else 0.5
+    return np.array([(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk])
 
 
 def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None = LABEL_WINDOW,

@@ -194,7 +194,15 @@ def is_copy(text: str, line: str) -> bool:
 
 def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str]) -> bool:
     """Whether one of `steps` copies, word for word, a line the label pass calls TALK that it
-    cites: the model listed the narration, talk and all, rather than choosing the action lines."""
+    cites, from between the steps (an aside, a price: a line with non-talk lines before and after
+    it): the model listed the narration, talk and all, rather than choosing the action lines. A
+    greeting or closing line copied as a first or last step is not counted: a model writing the
+    steps of a clean narration copies those too (its intro/outro habit), and the talk filter drops
+    them; counting them made the clean tea clip's copied actions read as a listed narration."""
+    spoken = sorted(n for n, label in labels.items() if label != "TALK")
+    if not spoken:
+        return False
+    inside = range(spoken[0] + 1, spoken[-1])
     for step in steps:
         if not isinstance(step, dict):
             continue
@@ -203,7 +211,7 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str]) -> b
         if first is None or last is None or not text.strip():
             continue
         first, last = min(first, last), max(first, last)
-        if any(labels.get(n) == "TALK" and 1 <= n <= len(texts) and is_copy(text, texts[n - 1])
+        if any(labels.get(n) == "TALK" and n in inside and 1 <= n <= len(texts) and is_copy(text, texts[n - 1])
                for n in range(first, last + 1)):
             return True
     return False

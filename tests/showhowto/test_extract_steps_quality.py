@@ -414,6 +414,23 @@ def test_a_clean_narration_copied_line_by_line_keeps_every_step(grounding, monke
     assert len(llm.requests) == 2 and llm.screened == 0  # the labels and the steps
 
 
+@pytest.mark.parametrize("grounding", ["said", "cited"])
+def test_a_clean_narration_whose_closing_line_is_copied_too_keeps_every_step(grounding, monkeypatch):
+    """The same clip with the model copying the closing line as a fifth step (its outro habit), the
+    labels calling that line TALK: a closing or greeting line copied is not a listed narration, so
+    nothing is folded; the outro step is dropped as talk and the four steps stay, even where the
+    labels would merge them. Without the between-the-steps condition the copy rule took the copies
+    for a listed narration and folded "Peel the orange" and "Sprinkle" into the steps before."""
+    labels = ["TALK", "STEP", "MORE", "STEP", "MORE", "TALK"]
+    llm = CopyingLLM(labels, steps_for=lambda lines: [
+        {"first_line": n, "last_line": n, "text": lines[n - 1]} for n in (2, 3, 4, 5, 6)])
+    use_llm(llm, monkeypatch)
+    steps = es.extract(CLEAN, es.ExtractConfig(llm="smollm2-135m", grounding=grounding))["steps"]
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [3, 3], [4, 4]]
+    assert llm.screened == 0 and not any("folded" in r or "copies a line labelled MORE" in r
+                                         for r in steps["repairs"])
+
+
 def test_grounded_steps_land_where_their_words_are_said_and_missed_labelled_steps_are_written(monkeypatch):
     """--grounding said on bike_tyre: the model writes five of the six steps in its own words and
     cites each the line before (as the 1.5B model does); each lands on its true first line, and the

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 from vi.pipelines.showhowto import step_grounding as sg
-from vi.pipelines.showhowto.narration_labels import LABELS, labels_from_scores
+from vi.pipelines.showhowto.narration_labels import LABELS, both_readings, labels_from_scores
 from tests.showhowto.grounding_fakes import words_embedder
 
 LINES = [
@@ -102,12 +103,52 @@ def test_the_label_pass_does_not_call_the_second_half_talk():
     says, and so does calibration against a content-free line (not the default: see
     labels_from_scores)."""
     old = [m["label"] for m in labels_from_scores(chaining_scorer, "Potatoes", NARRATION, window=None,
-                                                  calibrate=False)]
+                                                  calibrate=False, alone=False)]
     assert old[6:9] == ["TALK", "TALK", "TALK"]  # the failure: pour, pop out, cut, all talk
     new = labels_from_scores(chaining_scorer, "Potatoes", NARRATION)
     assert [m["label"] for m in new] == ["TALK", "STEP", "STEP", "TALK", "TALK", "TALK", "STEP", "STEP",
                                          "STEP", "TALK"]
     for mark in new:
         assert mark["label"] in LABELS and abs(sum(mark["probs"]) - 1) < 0.01
-    calibrated = labels_from_scores(chaining_scorer, "Potatoes", NARRATION, window=None, calibrate=True)
+    calibrated = labels_from_scores(chaining_scorer, "Potatoes", NARRATION, window=None, calibrate=True,
+                                    alone=False)
     assert [m["label"] for m in calibrated] == [m["label"] for m in new]
+
+
+def continuing_scorer(text: str) -> np.ndarray:
+    """A stand-in for the 1.5B model's other habit in its window: the more step labels it has just
+    given, the likelier it goes on with one more, whatever the line; read alone, a line scores by
+    what it says (an action: STEP; a greeting or closing words: TALK)."""
+    video = text.rsplit('Video: "', 1)[-1]
+    run = video.count("-> STEP") + video.count("-> MORE")
+    line = video.rsplit("\n", 1)[-1]
+    action = bool(re.search(r"\b(put|screw|slide|tighten)\b", line, re.I))
+    talk = 1.3 if re.search(r"\b(hi|that's it|ready)\b", line, re.I) else -1.0
+    return np.array([2.0 if action else 0.0, -1.0 + 0.8 * run, talk])
+
+
+SHELF = ["Hi, welcome back.", "Put the bracket on the wall.", "Screw it in tight.",
+         "Slide the shelf onto the bracket.", "Tighten the set screw underneath.", "That's it, it's ready."]
+
+
+def test_a_closing_line_after_a_run_of_steps_is_talk_when_read_alone_too():
+    """Read only in its window, the closing line after a run of steps is "one more" (the habit);
+    read alone as well, it is TALK, and every action line keeps its label."""
+    window_only = [m["label"] for m in labels_from_scores(continuing_scorer, "A shelf", SHELF, alone=False)]
+    assert window_only == ["TALK", "STEP", "STEP", "STEP", "STEP", "MORE"]  # the failure: the outro goes on
+    both = labels_from_scores(continuing_scorer, "A shelf", SHELF)
+    assert [m["label"] for m in both] == ["TALK", "STEP", "STEP", "STEP", "STEP", "TALK"]
+    for mark in both:
+        assert abs(sum(mark["probs"]) - 1) < 0.01 and abs(sum(mark["alone"]) - 1) < 0.01
+
+
+def test_talk_needs_both_readings_and_the_window_alone_tells_step_from_more():
+    """A detail that reads as talk alone ("There it is, a tiny puncture") but goes on with the step in
+    its window stays MORE: the two readings' log-odds of TALK are summed, and alone a line cannot be
+    MORE (no step is above it), so STEP against MORE is the window's."""
+    probs = both_readings(np.array([0.2, 0.7, 0.1]), np.array([0.3, 0.05, 0.65]))
+    assert LABELS[int(np.argmax(probs))] == "MORE" and abs(probs.sum() - 1) < 1e-9
+    assert probs[-1] == pytest.approx(0.1 * 0.65 / (0.1 * 0.65 + 0.9 * 0.35))
+    assert probs[0] / probs[1] == pytest.approx(0.2 / 0.7)  # the window's split of not-TALK
+    closing = both_readings(np.array([0.68, 0.1, 0.22]), np.array([0.11, 0.04, 0.85]))  # bike tyre's outro
+    assert LABELS[int(np.argmax(closing))] == "TALK"
