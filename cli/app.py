@@ -64,7 +64,7 @@ TABLE: dict[str, dict[str, Entry | Group]] = {
                           "showhowto": ("vi.cli.eval_showhowto:showhowto_command",
                                         "Score generated ShowHowTo sequences (step, scene, task) or a Table 1 "
                                         "baseline."),
-                          "framecap": ("vi.cli.evaluate:framecap_command",
+                          "framecap": ("vi.cli.eval_framecap:framecap_command",
                                        "Score progress-aware frame captions (FrameCapEval: Cap and Prog per "
                                        "source)."),
                       }),

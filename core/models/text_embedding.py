@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable
 from vi.core.models.cache import load_once
 from vi.core.models.catalog import local_weights
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROLE = "text-embedding"
 POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
@@ -75,6 +78,8 @@ class TextEmbedder:
         return int(self.model.config.hidden_size)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        import numpy as np
+
         torch = self._torch
         if not texts:
             return np.zeros((0, self.dim), np.float32)

@@ -21,14 +21,16 @@ import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable, SetupError
 from vi.core.models.cache import load_once
 from vi.core.models.catalog import hub_repos, local_weights
 from vi.core.models.sources import hub_snapshot
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Preference order for `auto` (the catalogue's order): the strongest that is cached wins.
 KNOWN_VLMS = hub_repos("vlm")

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from vi.core.config import option
 
 TASKS = ("diffcap", "diffmcq", "diffrank")
@@ -232,10 +231,21 @@ def diffcap_metrics(captions: Sequence[list[str]], predictions: Sequence[str]) -
 
 
 def diffmcq_metrics(answers: Sequence[int], scores: Sequence[list]) -> dict[str, float | int]:
-    matrix = np.array(scores)
-    predictions = matrix.argmax(1)  # numpy: the first of tied maxima
-    tied = (matrix == matrix.max(1, keepdims=True)).sum(1) > 1
-    return {"accuracy": float((predictions == np.array(answers)).mean()), "tied_top_rows": int(tied.sum())}
+    """The official script's numpy argmax over np.array(scores) (the first of tied maxima wins), in plain
+    Python while every int score is within 2**53: there an int is exactly a float, so comparing floats
+    compares what numpy compares, and `vi eval diffmcq` starts without numpy. Past it numpy's own dtype
+    rules decide, so numpy does."""
+    if any(isinstance(v, int) and abs(v) > 2**53 for row in scores for v in row):
+        import numpy as np
+
+        matrix = np.array(scores)
+        predictions = matrix.argmax(1).tolist()
+        tied = ((matrix == matrix.max(1, keepdims=True)).sum(1) > 1).tolist()
+    else:
+        rows = [[float(v) for v in row] for row in scores]
+        predictions = [row.index(max(row)) for row in rows]
+        tied = [row.count(max(row)) > 1 for row in rows]
+    return {"accuracy": sum(p == a for p, a in zip(predictions, answers)) / len(answers), "tied_top_rows": sum(tied)}
 
 
 def kendall_taus(predicted: Sequence[list], annotated: Sequence[list]) -> list[float]:
@@ -248,6 +258,8 @@ def kendall_taus(predicted: Sequence[list], annotated: Sequence[list]) -> list[f
 def diffrank_metrics(annotated: Sequence[list], predicted: Sequence[list],
                      taus: Sequence[float] | None = None) -> dict[str, float | int | None]:
     """`taus`: the rows' `kendall_taus`, when already computed."""
+    import numpy as np
+
     taus = kendall_taus(predicted, annotated) if taus is None else taus
     official = float(np.mean(taus))
     return {

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import ModelNotAvailable
 from vi.core.models import get_spec, load_once, text_embedding, vision
@@ -30,6 +30,9 @@ from vi.core.models.catalog import DEFAULT_CLIP, DEFAULT_IMAGE_CLASSIFIER, DEFAU
 from vi.core.models.resolve import resolve
 from vi.core.progress import log
 from vi.core.seeding import record_rng
+
+if TYPE_CHECKING:  # numpy, like torch, is imported where a scorer runs, not by --help
+    import numpy as np
 
 TOP_K = 5
 LABEL_TEMPLATE = "a photo of a {}."  # CLIP's prompt; it helps MiniLM place a bare noun too
@@ -105,6 +108,7 @@ def decode_size(width: int, height: int, size: tuple[int, int], mode: str) -> tu
 
 def to_tensor(frames: np.ndarray, placement: Placement):
     """uint8 (N, H, W, 3) -> float (N, 3, H, W) on the placement's device, values 0-255."""
+    import numpy as np
     import torch
 
     if not (frames.flags.writeable and frames.flags.c_contiguous):  # torch wants to own writable memory
@@ -159,6 +163,7 @@ class ClipScorer:
         return F.normalize(x.clamp_(0, 1), list(cfg["mean"]), list(cfg["std"]))
 
     def encode_frames(self, frames: np.ndarray) -> np.ndarray:
+        import numpy as np
         import torch
 
         out = []
@@ -169,6 +174,7 @@ class ClipScorer:
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
     def encode_texts(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
         import torch
 
         out = []
@@ -204,6 +210,7 @@ class ImageNetLabelScorer:
 
     def encode_frames(self, frames: np.ndarray) -> np.ndarray:
         """(N, 1000): the top-k class probabilities renormalised to sum to 1, zeros elsewhere."""
+        import numpy as np
         import torch
 
         out = np.zeros((len(frames), len(self.classifier.categories)), np.float32)
@@ -242,6 +249,8 @@ class RandomScorer:
     needs_pixels = False  # nothing is decoded for it
 
     def __init__(self, seed: int = 0, record_id: object = None):
+        import numpy as np
+
         self.name = RANDOM
         self.rng = np.random.default_rng(record_rng(seed, record_id).getrandbits(64))
 
@@ -252,9 +261,13 @@ class RandomScorer:
         return 0, 0
 
     def encode_frames(self, frames: np.ndarray) -> np.ndarray:
+        import numpy as np
+
         return np.zeros((len(frames), 0), np.float32)
 
     def encode_texts(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         return np.zeros((len(texts), 0), np.float32)
 
     def similarity(self, text_feats: np.ndarray, frame_feats: np.ndarray) -> np.ndarray:

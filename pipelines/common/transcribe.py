@@ -19,8 +19,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from vi.core import media
 from vi.core.config import internal, option
@@ -33,6 +32,9 @@ from vi.core.progress import log
 from vi.core.models.sources import cache_dir
 from vi.core.stream import RecordStage
 from vi.pipelines.common.sentences import ABBREVIATIONS, split_sentences
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "transcribe"
 BACKENDS = ("whisperx", "faster-whisper")
@@ -430,6 +432,8 @@ def transcript(config: TranscribeConfig, language: str | None, segments: list[di
 def rms(audio: np.ndarray) -> float:
     """Root mean square, without the float64 copies `audio ** 2` would make (an hour of
     16 kHz audio is 230 MB of float32)."""
+    import numpy as np
+
     return float(np.sqrt(float(np.dot(audio, audio)) / audio.size)) if audio.size else 0.0
 
 

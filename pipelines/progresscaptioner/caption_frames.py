@@ -43,8 +43,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.devices import Placement, passive_openmp, resolve_placement
 from vi.core.errors import RecordError
@@ -59,6 +59,9 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt, parse_promp
 from vi.pipelines.progresscaptioner import offline_captioner as oc
 from vi.pipelines.progresscaptioner.caption_windows import Window, assign, frame_paths, load_frames, plan_windows
 from vi.pipelines.progresscaptioner.frame_replies import parse_frame_replies
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "caption-frames"
 PROMPT_STYLES = ("release", "vi")

@@ -10,8 +10,12 @@ other window holding the frame (with 2: (v_t, v_{t+1})), after it.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from vi.core.errors import RecordError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # --- windows ------------------------------------------------------------------------------------
 
@@ -63,6 +67,7 @@ def frame_paths(record: dict) -> list[str]:
 
 
 def load_frames(record: dict, paths: list[str]) -> list[np.ndarray]:
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
     from vi.core.media import check_readable
 

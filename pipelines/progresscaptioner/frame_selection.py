@@ -29,13 +29,16 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.models import get_spec, vision
 from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER
 from vi.core.models.resolve import resolve
 from vi.pipelines.common import frame_scorers
+
+if TYPE_CHECKING:  # numpy, like scikit-learn and torch, is imported where frames are selected
+    import numpy as np
 
 K_MIN, K_MAX = 3, 6
 EFFICIENTNET = vision.IMAGENET_ARCH
@@ -91,6 +94,7 @@ def _cluster(features: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.nd
 def kmeans_selection(features: np.ndarray, *, seed: int, rng: random.Random,
                      max_frames: int = K_MAX) -> KMeansChoice:
     """FrameCapEval's frames from (N, D) features in temporal order (see the module doc)."""
+    import numpy as np
     from sklearn.metrics import silhouette_score
 
     count = len(features)
@@ -173,6 +177,7 @@ class ImageEmbedder:
     def encode(self, frames: np.ndarray) -> np.ndarray:
         if self.choice.kind == "clip":
             return self.clip.encode_frames(frames)
+        import numpy as np
         import torch
 
         out = []

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core import media
 from vi.core.config import internal, option
 from vi.core.devices import Placement, resolve_placement
@@ -27,6 +27,9 @@ from vi.core.seeding import record_rng
 from vi.pipelines.progresscaptioner import frame_selection
 from vi.pipelines.progresscaptioner.frame_selection import EmbedderChoice, ImageEmbedder
 from vi.pipelines.progresscaptioner.frame_sources import STAGE, Sequence, framecap_records, sequence_of
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["STAGE", "FramesConfig", "framecap_records", "expand_windows", "make_process"]
 SELECT = ("all", "window", "kmeans")
@@ -134,6 +137,7 @@ def materialise(seq: Sequence, indices: list[int]) -> list[dict]:
 
 
 def _image(path: Path) -> np.ndarray:
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -144,6 +148,8 @@ def _image(path: Path) -> np.ndarray:
 
 
 def features_of(seq: Sequence, embedder: ImageEmbedder) -> np.ndarray:
+    import numpy as np
+
     if seq.video is not None:  # decoded small, at the encoder's size; saved frames come later
         width, height = embedder.decode_size(*seq.size)
         return np.concatenate([embedder.encode(media.read_frames(seq.video, seq.times[s:s + DECODE_CHUNK],

@@ -32,8 +32,8 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
@@ -42,6 +42,9 @@ from vi.core.progress import log
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.progresscaptioner.judge_progression import ProgressionConfig, caption_fields, frame_texts, one_line
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "judge-match"
 NONE_TEXT = ("None of the above descriptions match the image, are hard to determine, or contain incorrect "
@@ -82,6 +85,7 @@ def load_image(record: dict, frame: int) -> np.ndarray:
         raise RecordError("missing_field", f"record {record['id']}: frame {frame} has no 'path' in 'frames'; "
                           "vi judge match reads the frames vi frames writes")
     try:
+        import numpy as np
         from PIL import Image
 
         with Image.open(path) as image:
@@ -145,6 +149,8 @@ class OfflineJudge:
         self.config, self.name = config, f"offline:{self.choice.name}"
 
     def choose(self, image: np.ndarray, captions: list[str], prompt: str, key: str) -> tuple[int, dict]:
+        import numpy as np
+
         from vi.pipelines.showhowto.align_frames import scorer_for
 
         scorer = scorer_for(self.choice, self.config.placement, 32).for_record(self.config.seed, key)

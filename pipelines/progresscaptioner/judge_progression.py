@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
@@ -309,6 +308,8 @@ class PairJudge:
     def similarity(self, desc1: str, desc2: str) -> dict:
         if self.embedder is None:
             return {}
+        import numpy as np
+
         first, second = self.embedder.encode([one_line(desc1), one_line(desc2)])
         return {"similarity": round(float(np.dot(first, second)), 4)}
 

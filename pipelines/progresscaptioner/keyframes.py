@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
@@ -47,6 +47,9 @@ from vi.pipelines.progresscaptioner.judge_progression import (
     load_embedder,
     record_action,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "keyframes"
 METHODS = ("progress", "uniform", "kmeans")
@@ -187,6 +190,8 @@ def pair_captions(captions: dict | None, t: int) -> tuple[str | None, str | None
 
 def uniform_indices(length: int, count: int) -> list[int]:
     """`count` frames evenly spaced from the first to the last (all of them when count >= length)."""
+    import numpy as np
+
     if count >= length:
         return list(range(length))
     return sorted({int(round(x)) for x in np.linspace(0, length - 1, count)})
@@ -233,6 +238,7 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
 
 def image_features(record: dict, config: KeyframesConfig) -> tuple[np.ndarray, str]:
     """(features of the record's frame images, the embedder's name)."""
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
     from vi.core.devices import resolve_placement
 

@@ -21,11 +21,14 @@ moved camera on the same scene 0.04-0.20, and frames of different content or ste
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.models import vision
 from vi.pipelines.common.frame_scorers import IMAGENET_RESIZE, fit, label_names, to_tensor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KIND = "offline-imagenet-labels"
 CHANGE_THRESHOLD = 0.15
@@ -46,6 +49,7 @@ def model_name(top_k: int, threshold: float) -> str:
 def look(classifier: vision.ImageNetClassifier, frames: list[np.ndarray], placement: Placement,
          top_k: int = TOP_K) -> list[FrameLook]:
     """Labels and features of each frame (HxWx3 uint8, sizes may differ), in one forward pass."""
+    import numpy as np
     import torch
 
     size = (classifier.input_size, classifier.input_size)

@@ -22,8 +22,8 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core import media
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
@@ -34,6 +34,9 @@ from vi.core.records import finite_number
 from vi.core.stream import RecordStage
 from vi.pipelines.common import frame_scorers
 from vi.pipelines.common.frame_scorers import ScorerChoice
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "align-frames"
 DECODE_CHUNK = 256  # frames decoded per decord call: 256 x 224 x 224 x 3 bytes = 38 MB
@@ -195,6 +198,8 @@ def video_geometry(record: dict) -> tuple[Path, float, int, int]:
 
 def encode_video_frames(scorer, path: Path, times: list[float], width: int, height: int) -> np.ndarray:
     """Features of the frames at `times`: each decoded once, at the scorer's size, and encoded once."""
+    import numpy as np
+
     if not scorer.needs_pixels:
         return scorer.encode_frames(np.zeros((len(times), 0, 0, 3), np.uint8))
     decode_w, decode_h = scorer.decode_size(width, height)

@@ -19,9 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-
-import numpy as np
-from PIL import Image, ImageOps
+from typing import TYPE_CHECKING
 
 from vi.core.config import option
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, RecordError
@@ -32,6 +30,10 @@ from vi.core.records import REJECTED, Record, finite_number, has_errors
 from vi.core.sharding import Shard
 from vi.pipelines.showhowto.export_writers import (  # noqa: F401 (re-exported for vi.cli.export)
     ImgseqWriter, Sequence, Skip, SkippedLog, TarShardWriter, rebuild_prompts_index, safe_key, shard_suffix)
+
+if TYPE_CHECKING:  # numpy and PIL are imported where pixels are made: --help goes without them
+    import numpy as np
+    from PIL import Image
 
 STAGE = "export showhowto"
 TOO_FEW_STEPS, UPSTREAM_ERROR, MALFORMED = "too_few_steps", "upstream_error", "malformed"
@@ -103,6 +105,9 @@ def aligned_sequence(record: Record, min_steps: int = ExportConfig.min_steps) ->
 
 def load_frames(sequence: Sequence) -> list[np.ndarray]:
     """RGB frames of the sequence: saved JPEGs where there are, the rest decoded in one pass."""
+    import numpy as np
+    from PIL import Image
+
     frames: list[np.ndarray | None] = [None] * len(sequence.paths)
     to_decode = []
     for i, path in enumerate(sequence.paths):
@@ -127,6 +132,8 @@ def load_frames(sequence: Sequence) -> list[np.ndarray]:
 
 
 def _tile(image: Image.Image, height: int) -> Image.Image:
+    from PIL import Image, ImageOps
+
     width, tall = image.size
     if width < tall:
         # Narrower than tall: the loader would skip the strip. Keep the centre square (crop,
@@ -137,6 +144,8 @@ def _tile(image: Image.Image, height: int) -> Image.Image:
 
 def make_strip(frames: list[np.ndarray | Image.Image], height: int) -> Image.Image:
     """Frames side by side, each `height` tall and as wide as the narrowest (centre-cropped)."""
+    from PIL import Image
+
     if not frames:
         raise ValueError("a strip needs at least one frame")
     tiles = [_tile(f if isinstance(f, Image.Image) else Image.fromarray(f).convert("RGB"), height)

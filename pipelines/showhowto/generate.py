@@ -18,15 +18,16 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-from PIL import Image
+from typing import TYPE_CHECKING
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
 from vi.core.records import Record
 from vi.core.seeding import record_seed
 from vi.pipelines.showhowto.export_writers import safe_key
+
+if TYPE_CHECKING:  # numpy and PIL, like torch, are imported where images are made
+    from PIL import Image
 
 STAGE = "generate"
 
@@ -145,6 +146,8 @@ def check_record(record: Record, max_frames: int) -> tuple[Path, list[str]]:
 def read_image(path: Path, size: int) -> Image.Image:
     """The scene as predict.py prepares it: the centred square (integer halves), resized to the model's
     size with PIL's default filter (bicubic)."""
+    from PIL import Image
+
     try:
         with Image.open(path) as image:
             image = image.convert("RGB")
@@ -160,7 +163,9 @@ def read_image(path: Path, size: int) -> Image.Image:
 
 def generate_batch(records: list[Record], config: GenerateConfig) -> list[dict | Exception]:
     """One result per record; records of one length share model calls."""
+    import numpy as np
     import torch
+    from PIL import Image
 
     from vi.pipelines.showhowto.generator import Sampling, generate, to_uint8
 
@@ -192,6 +197,9 @@ def generate_batch(records: list[Record], config: GenerateConfig) -> list[dict |
 def write_sequence(config: GenerateConfig, record: Record, scene: Image.Image, images: list[Image.Image]) -> dict:
     """OUT/<key>/stepNN.jpg + strip.jpg (the scene, then the steps), renamed into place whole; with
     --official-names also predict.py's strip of every frame the model made, OUT/{idx:05d}.jpg."""
+    import numpy as np
+    from PIL import Image
+
     from vi.pipelines.showhowto.export import make_strip
 
     key = safe_key(str(record["id"]))

@@ -16,8 +16,10 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PIL import Image
+if TYPE_CHECKING:  # PIL is imported where a strip is read: vi generate --help goes without
+    from PIL import Image
 
 PROMPT_FILE_SEPARATOR = "|"
 
@@ -35,6 +37,8 @@ class DatasetSequence:
     extra: dict = field(default_factory=dict)
 
     def image(self) -> Image.Image:
+        from PIL import Image
+
         source = self.strip if isinstance(self.strip, Path) else io.BytesIO(self.strip)
         with Image.open(source) as image:
             return image.convert("RGB")
@@ -46,6 +50,8 @@ class DatasetSequence:
 
 def cut_strip(strip: Image.Image, count: int, size: int | None = None) -> list[Image.Image]:
     """ShowHowTo's loader: `count` equal-width tiles, each centre-cropped to a square."""
+    from PIL import Image
+
     if count < 1:
         raise ValueError("a strip holds at least one frame")
     width = strip.width // count

@@ -31,14 +31,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
 from vi.core.records import Record, finite_number
 from vi.pipelines.showhowto.export import DATASET_PANEL, ExportConfig, encode_jpeg
 from vi.pipelines.showhowto.export_writers import ImgseqWriter, Sequence, safe_key
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "rebuild showhowto"
 RECIPE_FPS = 5  # the release's command: fps=5
@@ -305,6 +307,8 @@ def frames_of(video: Path, keyframes: list[Keyframe], seek: bool = True) -> tupl
     One ffmpeg process reads F and decodes every cluster, its targets computed as if F were at most
     every keyframe's C (a video's first frame at its start); when F turns out larger, or a seeked
     cluster comes back short, a second process decodes what is left from the video's start."""
+    import numpy as np
+
     assumed = [k.target + k.frame_idx for k in keyframes]
     jobs = _plan(assumed, seek)
     first_info, outputs = _run(video, jobs, probe=True)
@@ -385,6 +389,7 @@ def find_video(record: Record, root: Path | None) -> Path:
 
 def rebuild_record(record: Record, config: RebuildConfig, writer) -> dict:
     """One video's sequence, cut, joined and written (whole, or not at all); the fields it adds."""
+    import numpy as np
     from PIL import Image
 
     from vi.core.media import check_readable

@@ -24,8 +24,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.records import finite_number
 from vi.core import media
 from vi.core.config import internal, option, with_default
@@ -42,6 +42,9 @@ from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.stepdiff.clips import TIME_TOLERANCE_S, VideoLengths
 from vi.pipelines.common.frame_scorers import IMAGENET_RESIZE, LABEL_SCORER, TOP_K, fit, label_names, to_tensor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STAGE = "describe"
 ACTION_PROMPT = "In one short sentence, describe what the person is doing?"

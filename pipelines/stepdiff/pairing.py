@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.config import option
 from vi.core.devices import resolve_placement
 from vi.core.models import text_embedding
@@ -44,10 +44,13 @@ from vi.core.progress import log
 from vi.core.records import REJECTED, Record, has_errors, with_error
 from vi.core.seeding import record_rng
 
+if TYPE_CHECKING:  # numpy only where keysteps are embedded: vi pair --match exact goes without
+    import numpy as np
+
 STAGE = "pair"
 MATCHES = ("exact", "embedding")
 ORDERS = ("unordered", "ordered")
-Embed = Callable[[list[str]], np.ndarray]  # texts -> unit vectors, one row each
+Embed = Callable[[list[str]], "np.ndarray"]  # texts -> unit vectors, one row each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +151,8 @@ def split_clips(records: Iterable[Record]) -> tuple[list[Record], list[Record]]:
 
 def leader_clusters(vectors: np.ndarray, threshold: float) -> list[int]:
     """For each row of `vectors` (unit length, in the order given), the row of its cluster's leader."""
+    import numpy as np
+
     leaders: list[int] = []
     assigned = []
     for i in range(len(vectors)):

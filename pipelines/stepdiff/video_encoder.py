@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core import media
 from vi.core.devices import Placement
 from vi.core.errors import RecordError, SetupError
@@ -29,6 +29,9 @@ from vi.core.models.video_encoder import EFFICIENTNET, HF, OPEN_CLIP, EncoderSpe
 from vi.pipelines.stepdiff.describe import sample_times
 from vi.pipelines.stepdiff.video_encoder_archs import (EfficientNetEncoder, HFVideoEncoder, OpenClipEncoder,
                                                        VideoEncoder)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _KINDS = {OPEN_CLIP: OpenClipEncoder, EFFICIENTNET: EfficientNetEncoder, HF: HFVideoEncoder}
 
@@ -83,6 +86,7 @@ def clip_frames(encoder: VideoEncoder, path: str | Path, start: float | None = N
 
 def image_frames(path: str | Path) -> np.ndarray:
     """An image as one RGB frame (1, H, W, 3); the encoder resizes it."""
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
 
     p = media.check_readable(path)

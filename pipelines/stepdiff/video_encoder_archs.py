@@ -8,8 +8,8 @@ ViT's last-layer patch tokens per frame), `EfficientNetEncoder` (the embedded Ef
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-import numpy as np
 from vi.core.devices import Placement
 from vi.core.errors import SetupError
 from vi.core.models import vision
@@ -17,6 +17,10 @@ from vi.core.models.cache import load_once
 from vi.core.models.video_encoder import OPEN_CLIP, EncoderSpec
 from vi.pipelines.common.frame_scorers import (IMAGENET_RESIZE, ClipScorer, ScorerChoice, _autocast, decode_size,
                                                fit, to_tensor)
+
+if TYPE_CHECKING:  # numpy, like torch, is imported where frames are encoded
+    import numpy as np
+
 
 class VideoEncoder:
     """Base of the three kinds: `encode(clips)` turns uint8 frames (T, H, W, 3), T = `frames` (or 1 for an
@@ -47,6 +51,7 @@ class VideoEncoder:
         raise NotImplementedError
 
     def encode(self, clips: list[np.ndarray], batch_size: int = 64, dtype=None) -> list:
+        import numpy as np
         import torch
 
         dtype = torch.float32 if dtype is None else dtype
@@ -127,6 +132,8 @@ class HFVideoEncoder(VideoEncoder):
         return load_once(("hf-video-encoder", spec.folder, placement), lambda: _load_hf(spec, placement))
 
     def __init__(self, spec: EncoderSpec, placement: Placement):
+        import numpy as np
+
         super().__init__(spec, placement)
         self.processor, self.model = self.load_model(spec, placement)
         size = getattr(self.processor, "size", None) or {}

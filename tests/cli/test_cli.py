@@ -23,6 +23,37 @@ def test_each_stage_help_says_what_it_reads_writes_and_an_example():
     assert "--device" in run_vi("transcribe", "--help").stdout
 
 
+def test_no_help_text_has_brackets_that_rich_takes_for_markup():
+    """Help is rich markup: `text: [captions]` would show as `text: }`, the bracketed words read as a style.
+    Brackets meant as text are written \\[captions]; every tag left must be a style rich knows."""
+    from rich.errors import StyleSyntaxError
+    from rich.markup import RE_TAGS
+    from rich.style import Style
+
+    from vi.cli.app import COMMANDS, Group, load
+
+    texts = {}
+    for name, entry in COMMANDS.items():
+        entries = entry.commands.items() if isinstance(entry, Group) else [(None, entry)]
+        if isinstance(entry, Group):
+            texts[f"{name} (group)"] = entry.help
+        for sub, (target, summary) in entries:
+            command = load(target, sub or name, summary)
+            texts[" ".join(filter(None, (name, sub)))] = " ".join(
+                [command.help or "", command.epilog or "", *(getattr(p, "help", None) or "" for p in command.params)])
+    eaten = []
+    for name, text in texts.items():
+        for match in RE_TAGS.finditer(text):
+            escapes, tag = match.group(2), match.group(3)
+            if len(escapes) % 2 or tag.startswith("/"):
+                continue
+            try:
+                Style.parse(tag)
+            except StyleSyntaxError:
+                eaten.append(f"{name}: {match.group(0)}")
+    assert eaten == []
+
+
 def test_python_dash_m_vi_is_the_same_app():
     import subprocess
 

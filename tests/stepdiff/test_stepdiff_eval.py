@@ -158,6 +158,24 @@ def test_diffmcq_matches_numpy_and_ties_go_first(tmp_path):
     assert result["per_category"]["Visuals"]["accuracy"] == pytest.approx(1 / 3)
 
 
+def test_diffmcq_without_numpy_is_numpy_on_ties_ints_floats_and_huge_ints():
+    """diffmcq_metrics compares plain floats (a run imports no numpy): the same as the official numpy
+    argmax on rows of ints, floats, both, infinities, -0.0, ties and ints past 2**53."""
+    rng = random.Random(0)
+    values = [0, 1, 2, -1, 0.5, 1.0, -0.0, 0.0, 2.0, float("inf"), float("-inf"), 2**53, 2**53 - 1, 1e300]
+    huge = [2**53 + 1, 2**63 - 1, 2**63, 2**70, -(2**64)]
+    matrices = [[[rng.choice(values) for _ in range(4)] for _ in range(rng.randint(1, 6))] for _ in range(2000)]
+    matrices += [[[rng.choice([*values[:4], *huge]) for _ in range(4)] for _ in range(3)] for _ in range(300)]
+    matrices += [[[2**53 + 1, 2**53, 0, 0], [0.5, 0, 0, 0]], [[2**63, 2**63 - 1, 0, 0]], [[3, 1, 2, 0]]]
+    for scores in matrices:
+        answers = [rng.randrange(4) for _ in scores]
+        matrix = np.array(scores)
+        tied = (matrix == matrix.max(1, keepdims=True)).sum(1) > 1
+        official = {"accuracy": float((matrix.argmax(1) == np.array(answers)).mean()),
+                    "tied_top_rows": int(tied.sum())}
+        assert metrics.diffmcq_metrics(answers, scores) == official, scores
+
+
 # --- bad input ----------------------------------------------------------------------------
 
 def rank_row(**changes) -> dict:
