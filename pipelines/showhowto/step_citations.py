@@ -192,17 +192,19 @@ def is_copy(text: str, line: str) -> bool:
     return SequenceMatcher(None, text.casefold().strip(), line.casefold().strip()).ratio() >= COPY_RATIO
 
 
-def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str]) -> bool:
+def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anywhere: bool = False) -> bool:
     """Whether one of `steps` copies, word for word, a line the label pass calls TALK that it
     cites, from between the steps (an aside, a price: a line with non-talk lines before and after
     it): the model listed the narration, talk and all, rather than choosing the action lines. A
     greeting or closing line copied as a first or last step is not counted: a model writing the
     steps of a clean narration copies those too (its intro/outro habit), and the talk filter drops
-    them; counting them made the clean tea clip's copied actions read as a listed narration."""
+    them; counting them made the clean tea clip's copied actions read as a listed narration.
+    `anywhere`: a copied greeting or closing line counts too (whether to ask if there is a task at
+    all: a vlog's copied lines come with its greeting)."""
     spoken = sorted(n for n, label in labels.items() if label != "TALK")
     if not spoken:
         return False
-    inside = range(spoken[0] + 1, spoken[-1])
+    inside = range(1, len(texts) + 1) if anywhere else range(spoken[0] + 1, spoken[-1])
     for step in steps:
         if not isinstance(step, dict):
             continue
