@@ -562,12 +562,13 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed, shown, notes)
         chunk_labels = {first + i: m["label"] for i, m in enumerate(shown)}
         copied, counted = copied_steps(steps, chunk_labels, plan.texts)
-        if counted and copied / counted > COPY_SHARE and copies_talk(steps, chunk_labels, plan.texts, anywhere=True):
+        mostly_copied = bool(counted) and copied / counted > COPY_SHARE
+        if mostly_copied and copies_talk(steps, chunk_labels, plan.texts, anywhere=True):
             # the model copied lines, talk among them: is there a task at all (asked where the
             # record was not screened; a vlog's lines about the day are copied, its greeting too)?
             if not isinstance(verdict, dict):
                 verdict = screen_record(record, config, f"{copied} of its {counted} steps")
-        if counted and copied / counted > COPY_SHARE and copies_talk(steps, chunk_labels, plan.texts):
+        if mostly_copied and copies_talk(steps, chunk_labels, plan.texts):
             # it listed the lines, talk from between the steps too: the labels say where a step ends
             notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines were "
                          "narration lines copied word for word, talk among its steps too (it listed the "

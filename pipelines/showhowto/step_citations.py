@@ -202,9 +202,12 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anyw
     `anywhere`: a copied greeting or closing line counts too (whether to ask if there is a task at
     all: a vlog's copied lines come with its greeting)."""
     spoken = sorted(n for n, label in labels.items() if label != "TALK")
-    if not spoken:
+    if anywhere:
+        inside = range(1, len(texts) + 1)
+    elif spoken:
+        inside = range(spoken[0] + 1, spoken[-1])
+    else:  # no line but talk: nothing lies between steps
         return False
-    inside = range(1, len(texts) + 1) if anywhere else range(spoken[0] + 1, spoken[-1])
     for step in steps:
         if not isinstance(step, dict):
             continue
@@ -213,7 +216,7 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anyw
         if first is None or last is None or not text.strip():
             continue
         first, last = min(first, last), max(first, last)
-        if any(labels.get(n) == "TALK" and n in inside and 1 <= n <= len(texts) and is_copy(text, texts[n - 1])
+        if any(labels.get(n) == "TALK" and n in inside and n <= len(texts) and is_copy(text, texts[n - 1])
                for n in range(first, last + 1)):
             return True
     return False
