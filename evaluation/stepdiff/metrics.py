@@ -234,8 +234,8 @@ def diffmcq_metrics(answers: Sequence[int], scores: Sequence[list]) -> dict[str,
     """The official script's numpy argmax over np.array(scores) (the first of tied maxima wins), in plain
     Python while every int score is within 2**53: there an int is exactly a float, so comparing floats
     compares what numpy compares, and `vi eval diffmcq` starts without numpy. Past it numpy's own dtype
-    rules decide, so numpy does."""
-    if any(isinstance(v, int) and abs(v) > 2**53 for row in scores for v in row):
+    rules decide, and a NaN is numpy's maximum where Python's max skips it, so numpy does."""
+    if any((isinstance(v, int) and abs(v) > 2**53) or v != v for row in scores for v in row):
         import numpy as np
 
         matrix = np.array(scores)

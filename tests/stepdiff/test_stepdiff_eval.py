@@ -160,9 +160,10 @@ def test_diffmcq_matches_numpy_and_ties_go_first(tmp_path):
 
 def test_diffmcq_without_numpy_is_numpy_on_ties_ints_floats_and_huge_ints():
     """diffmcq_metrics compares plain floats (a run imports no numpy): the same as the official numpy
-    argmax on rows of ints, floats, both, infinities, -0.0, ties and ints past 2**53."""
+    argmax on rows of ints, floats, both, infinities, -0.0, NaN, ties and ints past 2**53."""
     rng = random.Random(0)
-    values = [0, 1, 2, -1, 0.5, 1.0, -0.0, 0.0, 2.0, float("inf"), float("-inf"), 2**53, 2**53 - 1, 1e300]
+    values = [0, 1, 2, -1, 0.5, 1.0, -0.0, 0.0, 2.0, float("inf"), float("-inf"), 2**53, 2**53 - 1, 1e300,
+              float("nan")]
     huge = [2**53 + 1, 2**63 - 1, 2**63, 2**70, -(2**64)]
     matrices = [[[rng.choice(values) for _ in range(4)] for _ in range(rng.randint(1, 6))] for _ in range(2000)]
     matrices += [[[rng.choice([*values[:4], *huge]) for _ in range(4)] for _ in range(3)] for _ in range(300)]
