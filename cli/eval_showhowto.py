@@ -16,7 +16,7 @@ from vi.cli.stage import command, run_command, stage_help
 from vi.core.progress import stderr
 from vi.core.records import dumps
 from vi.core.sink import StdoutSink
-from vi.evaluation.showhowto.generator_eval import PAPER_TABLE_1, GeneratorEvalConfig, evaluate
+from vi.evaluation.showhowto.generator_eval_config import PAPER_TABLE_1, GeneratorEvalConfig
 
 METRICS = ("step_faithfulness", "scene_consistency", "task_faithfulness")
 PAPER_ROW = {"generated": "ShowHowTo", "copy": "copy of input", "random": "random", "source": "source sequences"}
@@ -70,6 +70,9 @@ def showhowto_command(
         "--per-sequence", dir_okay=False, show_default=False,
         help="Also write one JSONL row per scored sequence to this file.")] = None,
 ) -> None:
+    # the scoring (numpy, PIL, the models) is imported when the command runs, not for its --help
+    from vi.evaluation.showhowto.generator_eval import evaluate
+
     def body() -> None:
         result, rows = evaluate(config)
         if per_sequence is not None:

@@ -5,21 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.text import Text
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # soft_wrap: a message keeps its words whole in a log file, instead of folding at 80 columns
 stderr = Console(stderr=True, soft_wrap=True)
@@ -33,14 +25,6 @@ def setup_logging(verbose: bool = False) -> None:
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
-
-
-class RateColumn(ProgressColumn):
-    """Records per second, the number a user sizes an array job with."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:.2f} rec/s" if speed else "-- rec/s", style="progress.data.speed")
 
 
 PROGRESS_SECONDS_ENV = "VI_PROGRESS_SECONDS"  # how often a log line is written when stderr is no terminal
@@ -99,6 +83,19 @@ def make_progress(quiet: bool) -> Progress | LogProgress:
         except ValueError:
             every = DEFAULT_PROGRESS_SECONDS
         return LogProgress(max(every, 0.0))
+    # rich.progress (with rich.live and the spinners) is imported only here, where a bar is drawn: every
+    # command imports this module, and its --help, a batch log and a quiet run draw none (issue 35).
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task,
+                               TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        """Records per second, the number a user sizes an array job with."""
+
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:.2f} rec/s" if speed else "-- rec/s", style="progress.data.speed")
+
     return Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),

@@ -29,12 +29,11 @@ How the labels are read depends on the backend:
 from __future__ import annotations
 
 import json
+import math
 from functools import cache
 from importlib import resources
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from vi.core.errors import RecordError
 
@@ -70,7 +69,7 @@ LABEL_WINDOW = 3  # earlier lines, with their labels, shown before the line bein
 CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context alone favours
 
 
-def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: list[str],
+def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
                        alone: bool = True) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
@@ -95,26 +94,31 @@ def labels_from_scores(score: Callable[[str], np.ndarray], title: str, texts: li
     for n, line in enumerate(texts, 1):
         first = 1 if window is None else max(1, n - window)
         context = prefix + "".join(f"[{m}] {texts[m - 1]} -> {out[m - 1]['label']}\n" for m in range(first, n))
-        scores = np.asarray(score(context + f"[{n}] {line} ->"), dtype=float)
+        scores = [float(x) for x in score(context + f"[{n}] {line} ->")]
         if calibrate:
-            scores = scores - np.asarray(score(context + f"[{n}] {CONTENT_FREE} ->"), dtype=float)
+            scores = [a - float(b) for a, b in zip(scores, score(context + f"[{n}] {CONTENT_FREE} ->"))]
         probs = softmax(scores)
         mark = {}
         if alone:
-            read_alone = softmax(np.asarray(score(prefix + f"[{n}] {line} ->"), dtype=float))
-            mark["alone"] = [round(float(x), 3) for x in read_alone]
+            read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
+            mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
-        label = LABELS[int(np.argmax(probs))]
-        out.append({"label": label, "p": round(float(probs.max()), 3),
-                    "probs": [round(float(x), 3) for x in probs], **mark})
+        best = max(range(len(LABELS)), key=probs.__getitem__)  # the first of equals, as numpy's argmax
+        out.append({"label": LABELS[best], "p": round(probs[best], 3),
+                    "probs": [round(x, 3) for x in probs], **mark})
     return out
 
 
-def softmax(scores: np.ndarray) -> np.ndarray:
-    return np.exp(scores - np.logaddexp.reduce(scores))
+# Three labels' scores are added up in plain Python: numpy's import (a third of a --help's start) would be paid by
+# every `vi extract-steps --help` for arithmetic on three numbers (issue 35).
+def softmax(scores: Sequence[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(float(x) - top) for x in scores]
+    total = sum(exps)
+    return [x / total for x in exps]
 
 
-def both_readings(in_window: np.ndarray, alone: np.ndarray) -> np.ndarray:
+def both_readings(in_window: Sequence[float], alone: Sequence[float]) -> list[float]:
     """P(STEP, MORE, TALK) of a line read in its window and alone: TALK against not-TALK by the sum of
     both readings' log-odds (two views of one line, each read as evidence, as naive Bayes does with
     independent ones), then STEP against MORE as the window reads them (alone, no step is above)."""
@@ -123,7 +127,7 @@ def both_readings(in_window: np.ndarray, alone: np.ndarray) -> np.ndarray:
     talk = yes / (yes + no) if yes + no > 0 else talk_window
     step, more = float(in_window[0]), float(in_window[1])
     share = step / (step + more) if step + more > 0 else 0.5
-    return np.array([(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk])
+    return [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
 
 
 def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None = LABEL_WINDOW,
@@ -137,9 +141,9 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None 
     if len(set(first_token.values())) < len(LABELS):
         raise RecordError("llm_unsupported", f"{llm.name}: the labels {LABELS} share their first token")
 
-    def score(text: str) -> np.ndarray:
+    def score(text: str) -> list[float]:
         log_probs = next_token_log_probs(llm, text)
-        return np.array([log_probs[first_token[label]] for label in LABELS])
+        return [float(log_probs[first_token[label]]) for label in LABELS]
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
         return labels_from_scores(score, title, texts, window, calibrate)

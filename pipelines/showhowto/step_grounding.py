@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where the alignment runs: `vi extract-steps --help` needs none of it
+    import numpy as np
 
 MAX_SPAN = 3  # lines one step may span (the hand-written truths' longest; a step said over more is cut)
 CITE_WEIGHT = 0.03  # cosine similarity the citation is worth at its own lines, at each end: a tie-breaker
@@ -66,6 +68,8 @@ def align(similarity: np.ndarray, runs: Sequence[tuple[int, int]], cited: Sequen
     on). Maximises the sum over steps of similarity + citation prior - TALK_WEIGHT x P(TALK)
     summed over the run's lines (`talk`, per 1-based line - 1) - SPAN_COST per line past the first. Exact: a DP over steps x runs,
     with the best previous value kept as a running maximum over where the previous run ends."""
+    import numpy as np
+
     steps, count = similarity.shape
     if steps == 0:
         return []

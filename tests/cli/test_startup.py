@@ -34,8 +34,8 @@ with open(os.environ["VI_MODULES"], "w") as out:
 sys.exit(code)
 """
 
-# Asks every command's --help (groups walked) in one interpreter, the commands named in argv last: the union
-# of what they import, and the first command after which numpy (or PIL) was imported.
+# Asks every command's --help (groups walked) in one interpreter: the union of what they import, and the first
+# command after which numpy (or PIL) was imported.
 EVERY_HELP = """\
 import json, os, sys
 from vi.cli.app import app, command_names
@@ -44,7 +44,7 @@ from typer.testing import CliRunner
 runner = CliRunner()
 failed, first = [], {}
 names = command_names()
-for name in ["", *(n for n in names if n not in sys.argv[1:]), *(n for n in names if n in sys.argv[1:])]:
+for name in ["", *names]:
     result = runner.invoke(app, [*name.split(), "--help"])
     if result.exit_code != 0 or "Usage" not in result.output:
         failed.append((name, result.exit_code, result.output[-300:]))
@@ -52,16 +52,9 @@ for name in ["", *(n for n in names if n not in sys.argv[1:]), *(n for n in name
         if module in sys.modules:
             first.setdefault(module, name)
 with open(os.environ["VI_MODULES"], "w") as out:
-    json.dump({"modules": sorted({n.partition(".")[0] for n in sys.modules}), "failed": failed, "first": first}, out)
+    json.dump({"modules": sorted({n.partition(".")[0] for n in sys.modules}), "all": sorted(sys.modules),
+               "failed": failed, "first": first}, out)
 """
-
-# The only commands whose --help imports numpy (about 130 ms, a third of a --help's start): their options live
-# in a module that imports numpy at the top (eval showhowto: GeneratorEvalConfig in
-# evaluation/showhowto/generator_eval.py, with PIL; extract-steps: pipelines/showhowto/narration_labels.py,
-# which extract_steps imports). Every other command's options are in modules that import numpy and PIL
-# where arrays and images are made. Shrink this set; never grow it.
-NUMPY_AT_HELP = ("eval showhowto", "extract-steps")
-
 
 def imported(tmp_path, script: str, *args: str, stdin: str | None = None):
     listing = tmp_path / "modules.json"
@@ -85,13 +78,15 @@ def test_version_and_every_help_import_no_model_library(tmp_path):
     done, modules = imported(tmp_path, RUN_AND_LIST, "--version")
     assert done.returncode == 0 and done.stdout.startswith("vi ")
     assert heavy(modules) == [] and "numpy" not in modules
-    done, listing = imported(tmp_path, EVERY_HELP, *NUMPY_AT_HELP)
+    done, listing = imported(tmp_path, EVERY_HELP)
     assert done.returncode == 0, done.stderr
     assert listing["failed"] == []
     assert heavy(listing["modules"]) == []
-    # those of NUMPY_AT_HELP run last: numpy or PIL first seen after any other names that command
-    assert listing["first"].get("numpy") in (None, *NUMPY_AT_HELP), listing["first"]
-    assert listing["first"].get("PIL") in (None, *NUMPY_AT_HELP), listing["first"]
+    # no command's options live in a module that imports numpy or PIL at the top (130 ms, a third of a --help)
+    assert listing["first"] == {}, listing["first"]
+    # nor draws a progress bar: rich.progress is imported where one is drawn (core/progress.make_progress)
+    assert "rich" in listing["modules"]
+    assert "rich.progress" not in listing["all"], [n for n in listing["all"] if n.startswith("rich.")]
 
 
 @pytest.mark.slow

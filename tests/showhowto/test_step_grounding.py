@@ -147,7 +147,7 @@ def test_talk_needs_both_readings_and_the_window_alone_tells_step_from_more():
     its window stays MORE: the two readings' log-odds of TALK are summed, and alone a line cannot be
     MORE (no step is above it), so STEP against MORE is the window's."""
     probs = both_readings(np.array([0.2, 0.7, 0.1]), np.array([0.3, 0.05, 0.65]))
-    assert LABELS[int(np.argmax(probs))] == "MORE" and abs(probs.sum() - 1) < 1e-9
+    assert LABELS[int(np.argmax(probs))] == "MORE" and abs(sum(probs) - 1) < 1e-9
     assert probs[-1] == pytest.approx(0.1 * 0.65 / (0.1 * 0.65 + 0.9 * 0.35))
     assert probs[0] / probs[1] == pytest.approx(0.2 / 0.7)  # the window's split of not-TALK
     closing = both_readings(np.array([0.68, 0.1, 0.22]), np.array([0.11, 0.04, 0.85]))  # bike tyre's outro
