@@ -3,7 +3,9 @@
 Each command runs as a fresh process, as a user or an array job runs it: `vi --version`, `vi
 --help`, a stage's `--help`, and the model-free stages on one record (probe, view, status, export,
 eval), against a bare `python -c "import typer, rich"` (what any typer CLI pays), alternating
-round by round. Measured: wall seconds (goal: within 3x of the bare import) and peak RSS (goal:
+round by round, with a plain typer app of as many options as `vi probe` (no vi code) asked for
+its --help: typer's rich help (rich.markdown, markdown-it, one table row per option) is the floor of
+any command's own --help. Measured: wall seconds (goal: within 3x of the bare import) and peak RSS (goal:
 under 150 MiB). Which modules they import is pinned by tests/cli/test_startup.py, not here.
 
     python -m vi.evaluation.bench.startup --repeats 5
@@ -21,6 +23,17 @@ from vi.evaluation.bench.tools import Row, alternate, median, peak_rss_kib, prog
 TIME_TARGET = 3.0  # x the bare import
 RSS_GOAL_MIB = 150.0
 BARE = "python -c 'import typer, rich'"
+TYPER_HELP = "a plain typer app's --help (22 options, 3 panels)"
+
+
+def plain_typer_app(path: Path) -> Path:
+    """A typer app with vi probe's count of options in as many help panels, and nothing else."""
+    options = ",\n    ".join(
+        f'o{i}: int = typer.Option({i}, "--o{i}", help="an option with a help text of a usual length, '
+        f'number {i}", rich_help_panel="Panel {i % 3}")' for i in range(22))
+    path.write_text(f"import typer\napp = typer.Typer()\n\n\n@app.command()\ndef main(\n    {options},\n):\n"
+                    f'    """A command."""\n\n\napp()\n')
+    return path
 
 
 def commands(video: Path, work: Path) -> dict[str, tuple[list[str], Path | None]]:
@@ -39,6 +52,7 @@ def commands(video: Path, work: Path) -> dict[str, tuple[list[str], Path | None]
     pred.write_text(json.dumps({"scores": [0.9, 0.1, 0.2, 0.3]}) + "\n")
     return {
         BARE: ([sys.executable, "-c", "import typer, rich"], None),
+        TYPER_HELP: ([sys.executable, str(plain_typer_app(work / "plain_typer_app.py")), "--help"], None),
         "vi --version": ([*vi, "--version"], None),
         "vi --help": ([*vi, "--help"], None),
         "vi probe --help": ([*vi, "probe", "--help"], None),
