@@ -1,10 +1,14 @@
 """`make bench`, extract-steps: vi's LLM call against the raw llama.cpp call, same prompt.
 
-vi's side is `extract_steps.extract(record)` (prompt rendering, token counting for the
-chunk plan, the schema-constrained call, parsing and repair); the raw side is one
+vi's side is `extract_steps.extract(record)` with `--segmentation model`, the same one request
+(prompt rendering, token counting for the chunk plan, the schema-constrained call, parsing and
+repair); the raw side is one
 `Llama.create_chat_completion` on the same messages with the same JSON schema, greedy,
 from a fresh context like vi's (vi resets the context per record, so a record's steps do
-not depend on the record before it). Both share one loaded model and alternate.
+not depend on the record before it). Both share one loaded model and alternate. The stage's
+default (`--segmentation filtered`: a label pass reading every line twice, the steps grounded on
+the lines, a second request for missed steps) does more than that one request; with
+`with_default` it is a third side, its row what that work costs against the one call (no target).
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ def transcript_record(truth_path: Path) -> dict:
             "duration": segments[-1]["end"] + 1.0}
 
 
-def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None, **options) -> dict:
-    """`options` are ExtractConfig's (the bench's smoke run: a short reply, no label pass). A reply
-    that is no steps (cut off by a small max_new_tokens) is timed all the same, and its error kept."""
+def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = None, with_default: bool = False,
+                        **options) -> dict:
+    """`options` are ExtractConfig's, --segmentation model unless given (the bench's smoke run: a
+    short reply too). A reply that is no steps (cut off by a small max_new_tokens) is timed all the
+    same, and its error kept. `with_default`: the stage's default segmentation as a third side."""
+    import dataclasses
+
     from vi.core.errors import RecordError
     from vi.pipelines.showhowto import extract_steps as es
 
-    config = es.ExtractConfig(**({"llm": model} if model else {}), **options)
+    config = es.ExtractConfig(**({"llm": model} if model else {}), **{"segmentation": "model", **options})
     record = transcript_record(sample_dir / "fruit_salad.json")
     llm = config.load_llm()
     # the very prompt and schema vi's one chunk sends (ask_for_steps): its speech lines, numbered from 1
@@ -46,6 +54,14 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
         except RecordError as exc:
             tokens["vi_error"] = exc.kind
 
+    default = dataclasses.replace(config, segmentation=es.ExtractConfig.segmentation) if with_default else None
+
+    def default_side():
+        try:
+            tokens["default_steps"] = len(es.extract(record, default)["steps"]["items"])
+        except RecordError as exc:
+            tokens["default_error"] = exc.kind
+
     def raw_side():
         llm.llama.reset()
         out = llm.llama.create_chat_completion(
@@ -56,10 +72,12 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
 
     progress.print(f"  extract-steps on {record['id']} with {config.llm}, {repeats} runs per side")
     vi_side()  # warm-up: the model is loaded and the first call's allocations are done
-    samples = alternate({"vi": vi_side, "raw": raw_side}, repeats,
-                        on_sample=lambda name, s: show_sample(name, s))
-    return {"model": config.llm, "record": record["id"], **tokens,
-            "vi": [s.__dict__ for s in samples["vi"]], "raw": [s.__dict__ for s in samples["raw"]]}
+    sides = {"vi": vi_side, "raw": raw_side, **({f"vi, {default.segmentation}": default_side} if default else {})}
+    samples = alternate(sides, repeats, on_sample=lambda name, s: show_sample(name, s))
+    return {"model": config.llm, "record": record["id"], "segmentation": config.segmentation, **tokens,
+            **({"default": default.segmentation} if default else {}),
+            **{("vi_default" if name.startswith("vi, ") else name): [s.__dict__ for s in runs]
+               for name, runs in samples.items()}}
 
 
 def extract_steps_rows(result: dict) -> list[Row]:
@@ -70,7 +88,15 @@ def extract_steps_rows(result: dict) -> list[Row]:
     generated = result.get("completion", 0)
     rate = (f"{generated / vi_s:.1f} vs {generated / raw_s:.1f} generated tokens per second of the call"
             if generated else "")
-    return [Row("extract-steps, one video", vi_s, raw_s, "s", TARGET_RATIO,
-                f"{result['model']}, {result.get('prompt', '?')} prompt + {generated} generated "
-                f"tokens, JSON-schema constrained; {rate}; raw = create_chat_completion"
+    rows = [Row("extract-steps, one video", vi_s, raw_s, "s", TARGET_RATIO,
+                f"{result['model']}, --segmentation {result.get('segmentation', 'model')}: the same one request; "
+                f"{result.get('prompt', '?')} prompt + {generated} generated tokens, JSON-schema constrained; "
+                f"{rate}; raw = create_chat_completion"
                 f"{'; vi failed: ' + result['vi_error'] if result.get('vi_error') else ''}")]
+    if result.get("vi_default"):
+        rows.append(Row(f"  the default, --segmentation {result['default']}", median(walls(
+            [Sample(**s) for s in result["vi_default"]])), raw_s, "s", None,
+            "what the label pass (every line read twice), the grounding and a request for missed steps cost "
+            f"against the one call; {result.get('default_steps', '?')} steps"
+            f"{'; failed: ' + result['default_error'] if result.get('default_error') else ''}"))
+    return rows

@@ -16,8 +16,9 @@ One run (about 10 minutes on 2 CPU cores) measures, section by section (a to m):
 - peak memory of a stage on 10 and on 1,000 records: it must not grow with the record count.
 - align-frames: decoding only the candidate frames vs decoding every frame with decord, and
   the stage's encoder vs the encoder alone on the same frames (`bench_align`).
-- extract-steps: vi's call vs the raw llama.cpp chat completion on the same prompt and JSON
-  schema (`bench_llm`).
+- extract-steps: vi's call (--segmentation model, one request) vs the raw llama.cpp chat completion
+  on the same prompt and JSON schema, and what the default segmentation's label pass and grounding
+  cost on top (`bench_llm`).
 - StepDiff's model: training samples/s from a feature store vs re-encoding every step, and
   DiffMCQ scoring with the 4 options batched vs one at a time (`bench_stepdiff`).
 - LLM backends: filter-instructional through a local llama.cpp server with 1, 4 and 8
@@ -128,6 +129,7 @@ class Size:
     align_videos: int | None = None  # section d: the first so many how-to samples (None: all)
     short_prompts: bool = False  # sections e and g: SHORT_PROMPTS, not the packaged few-shot prompts
     extract_options: dict[str, Any] = field(default_factory=dict)  # ExtractConfig's, section e
+    extract_default: bool = True  # section e: the stage's default segmentation as a third side
     stepdiff: dict[str, Any] = field(default_factory=dict)  # bench_stepdiff's steps, rows, videos, ... (section f)
     llm_records: int = 12  # section g
     llm_options: dict[str, Any] = field(default_factory=dict)  # bench_llm_server's threads, FilterConfig's options
@@ -152,6 +154,7 @@ SMOKE = Size(repeats=1, cpus=1, e2e_repeats=1, probe_repeats=1, probe_files=4, m
              # the small LLM repeats itself until max_new_tokens: a short reply, cut off, is timed
              # one llama.cpp thread: on a busy machine spinning threads burn CPU waiting for each other
              extract_options={"llm": SMALL_LLM, "segmentation": "model", "max_new_tokens": 64, "threads": 1},
+             extract_default=False,
              stepdiff={"steps": 1, "rows": 1, "videos": ("fruit_salad",), "clips": 2, "batch": 1},
              llm_records=1, llm_options={"ask": "paper"},  # one reply per record, not both questions
              caption_sequences=2, train_records=4, train_steps=2,
@@ -507,7 +510,8 @@ def _run_bench(sample: Path, out: Path, size: Size, only: str) -> dict:
         if "e" in only:
             with section("e. extract-steps: one video, vi vs the raw llama.cpp call", results, "extract_steps"):
                 options = {**size.extract_options, **({"prompt": prompts["extract_steps"]} if prompts else {})}
-                results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2), **options)
+                results["extract_steps"] = bench_extract_steps(sample, min(repeats, 2),
+                                                               with_default=size.extract_default, **options)
         if "f" in only:
             with section("f. StepDiff model: training from stored features, batched DiffMCQ scoring", results,
                          "stepdiff"):
