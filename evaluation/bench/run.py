@@ -121,7 +121,9 @@ class Size:
 
     repeats: int = 3  # timed in-process calls per side, every section that alternates
     cpus: int | None = None  # run pinned to so many cores, children too (None: all this process may use)
-    e2e_repeats: int = 2
+    # section a end to end: fresh processes spread by +-15% at idle (the 27 s sample: 11.0-14.7 s for vi,
+    # 12.0-13.8 s raw, one at a time), so two a side read 0.95x-1.21x from run to run
+    e2e_repeats: int = 5
     probe_repeats: int = 2
     probe_files: int = PROBE_FILES
     memory_counts: tuple[int, int] = MEMORY_COUNTS
