@@ -36,6 +36,7 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
     same, and its error kept. `with_default`: the stage's default segmentation as a third side."""
     import dataclasses
 
+    from vi.core.config import defaults
     from vi.core.errors import RecordError
     from vi.pipelines.showhowto import extract_steps as es
 
@@ -54,7 +55,8 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
         except RecordError as exc:
             tokens["vi_error"] = exc.kind
 
-    default = dataclasses.replace(config, segmentation=es.ExtractConfig.segmentation) if with_default else None
+    default = dataclasses.replace(config, segmentation=defaults(es.ExtractConfig)["segmentation"]) \
+        if with_default else None
 
     def default_side():
         try:
@@ -72,12 +74,13 @@ def bench_extract_steps(sample_dir: Path, repeats: int = 2, model: str | None = 
 
     progress.print(f"  extract-steps on {record['id']} with {config.llm}, {repeats} runs per side")
     vi_side()  # warm-up: the model is loaded and the first call's allocations are done
-    sides = {"vi": vi_side, "raw": raw_side, **({f"vi, {default.segmentation}": default_side} if default else {})}
-    samples = alternate(sides, repeats, on_sample=lambda name, s: show_sample(name, s))
+    sides, shown = {"vi": vi_side, "raw": raw_side}, {}
+    if default:
+        sides["vi_default"], shown["vi_default"] = default_side, f"vi, {default.segmentation}"
+    samples = alternate(sides, repeats, on_sample=lambda name, s: show_sample(shown.get(name, name), s))
     return {"model": config.llm, "record": record["id"], "segmentation": config.segmentation, **tokens,
             **({"default": default.segmentation} if default else {}),
-            **{("vi_default" if name.startswith("vi, ") else name): [s.__dict__ for s in runs]
-               for name, runs in samples.items()}}
+            **{name: [s.__dict__ for s in runs] for name, runs in samples.items()}}
 
 
 def extract_steps_rows(result: dict) -> list[Row]:
