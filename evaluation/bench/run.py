@@ -3,7 +3,7 @@
     python -m vi.evaluation.bench.run --sample out/sample --out out/bench
     python -m vi.evaluation.bench.run --only a,m      # some sections alone
 
-One run (about 10 minutes on 2 CPU cores) measures, section by section (a to m):
+One run (about 30 minutes on 2 CPU cores) measures, section by section (a to m):
 - transcribe: vi in process, steady state (`transcribe_record` with the model loaded), against
   the raw whisperx load_model + transcribe on the same audio, model, device and threads, on the
   123 s LAION talk where ../shared/data is present, else on the 27 s tea sample; and end to end

@@ -3,7 +3,7 @@
 Each command runs as a fresh process, as a user or an array job runs it: `vi --version`, `vi
 --help`, a stage's `--help`, and the model-free stages on one record (probe, view, status, export,
 eval), against a bare `python -c "import typer, rich"` (what any typer CLI pays), alternating
-round by round, with a plain typer app of as many options as `vi probe` (no vi code) asked for
+round by round, with a plain typer app laid out as `vi probe`'s help (no vi code) asked for
 its --help: typer's rich help (rich.markdown, markdown-it, one table row per option) is the floor of
 any command's own --help. Measured: wall seconds (goal: within 3x of the bare import) and peak RSS (goal:
 under 150 MiB). Which modules they import is pinned by tests/cli/test_startup.py, not here.
@@ -23,15 +23,18 @@ from vi.evaluation.bench.tools import Row, alternate, median, peak_rss_kib, prog
 TIME_TARGET = 3.0  # x the bare import
 RSS_GOAL_MIB = 150.0
 BARE = "python -c 'import typer, rich'"
-TYPER_HELP = "a plain typer app's --help (22 options, 3 panels)"
+PROBE_OWN, PROBE_SHARED = 2, 11  # vi probe's options: its own (with one argument), the record stream's panel
+TYPER_HELP = f"a plain typer app's --help (1 argument, {PROBE_OWN} + {PROBE_SHARED} options in 2 panels)"
 
 
 def plain_typer_app(path: Path) -> Path:
-    """A typer app with vi probe's count of options in as many help panels, and nothing else."""
-    options = ",\n    ".join(
-        f'o{i}: int = typer.Option({i}, "--o{i}", help="an option with a help text of a usual length, '
-        f'number {i}", rich_help_panel="Panel {i % 3}")' for i in range(22))
-    path.write_text(f"import typer\napp = typer.Typer()\n\n\n@app.command()\ndef main(\n    {options},\n):\n"
+    """A typer app laid out as vi probe's help is (an argument, its own options, a second panel of the shared
+    ones), and nothing else."""
+    options = [f'o{i}: int = typer.Option({i}, "--o{i}", help="an option with a help text of a usual length, '
+               f'number {i}"{", rich_help_panel=" + repr("Shared") if i >= PROBE_OWN else ""})'
+               for i in range(PROBE_OWN + PROBE_SHARED)]
+    params = ",\n    ".join(['paths: list[str] = typer.Argument(None, help="Files or directories.")', *options])
+    path.write_text(f"import typer\napp = typer.Typer(add_completion=False)\n\n\n@app.command()\ndef main(\n    {params},\n):\n"
                     f'    """A command."""\n\n\napp()\n')
     return path
 
