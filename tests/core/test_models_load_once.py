@@ -56,6 +56,42 @@ def test_load_once_builds_once_when_threads_ask_together():
     assert len(got) == 8 and all(m is got[0] for m in got)
 
 
+def test_a_build_runs_with_the_collector_paused_and_what_it_built_is_frozen():
+    """The cyclic collector's passes over a build's millions of objects are wasted work (19.6 s
+    against 15.0 s for vi transcribe on the talk): paused during the build, frozen after it."""
+    import gc
+
+    seen = {}
+
+    def inner_build():
+        seen["inner"] = gc.isenabled()
+        return object()
+
+    def build():
+        seen["outer"] = gc.isenabled()
+        load_once(("test-gc-inner", id(object())), inner_build)  # a build that loads a model
+        seen["after_inner"] = gc.isenabled()  # the inner build does not switch it back on
+        return [[i] for i in range(1000)]  # lists: tracked by the collector, as a model's modules are
+
+    frozen = gc.get_freeze_count()
+    assert gc.isenabled()
+    built = load_once(("test-gc", id(object())), build)
+    assert seen == {"outer": False, "inner": False, "after_inner": False}
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + len(built)
+
+
+def test_a_failed_build_turns_the_collector_back_on():
+    import gc
+
+    def build():
+        raise ValueError("corrupt weights")
+
+    with pytest.raises(ValueError):
+        load_once(("test-gc-fail", id(object())), build)
+    assert gc.isenabled()
+
+
 @pytest.mark.slow
 def test_transcribe_three_records_loads_the_asr_model_once(tea, tmp_path):
     from vi.core.stream import Stage, StreamOptions, run_stage
