@@ -1,12 +1,13 @@
-"""`make bench` section l: a command that builds no model starts like a Unix tool.
+"""`make bench` section m: a command that builds no model starts like a Unix tool.
 
 Each command runs as a fresh process, as a user or an array job runs it: `vi --version`, `vi
 --help`, a stage's `--help`, and the model-free stages on one record (probe, view, status, export,
 eval), against a bare `python -c "import typer, rich"` (what any typer CLI pays), alternating
-round by round, with a plain typer app laid out as `vi probe`'s help (no vi code) asked for
-its --help: typer's rich help (rich.markdown, markdown-it, one table row per option) is the floor of
-any command's own --help. Measured: wall seconds (goal: within 3x of the bare import) and peak RSS (goal:
-under 150 MiB). Which modules they import is pinned by tests/cli/test_startup.py, not here.
+round by round. Each `--help` measured has a typer twin beside it: a plain typer app showing the same
+help (no vi code, `twin_source`), whose time is typer's rich help for that many options (rich.markdown,
+markdown-it, a table row per option): the floor under that command's. Measured: wall seconds (goal:
+within 3x of the bare import) and peak RSS (goal: under 150 MiB). Which modules they import is pinned
+by tests/cli/test_startup.py, not here.
 
     python -m vi.evaluation.bench.startup --repeats 5
 """
@@ -23,20 +24,79 @@ from vi.evaluation.bench.tools import Row, alternate, median, peak_rss_kib, prog
 TIME_TARGET = 3.0  # x the bare import
 RSS_GOAL_MIB = 150.0
 BARE = "python -c 'import typer, rich'"
-PROBE_OWN, PROBE_SHARED = 2, 11  # vi probe's options: its own (with one argument), the record stream's panel
-TYPER_HELP = f"a plain typer app's --help (1 argument, {PROBE_OWN} + {PROBE_SHARED} options in 2 panels)"
+HELPS = (("probe",), ("train", "stepdiff"))  # a short help and the longest one
 
 
-def plain_typer_app(path: Path) -> Path:
-    """A typer app laid out as vi probe's help is (an argument, its own options, a second panel of the shared
-    ones), and nothing else."""
-    options = [f'o{i}: int = typer.Option({i}, "--o{i}", help="an option with a help text of a usual length, '
-               f'number {i}"{", rich_help_panel=" + repr("Shared") if i >= PROBE_OWN else ""})'
-               for i in range(PROBE_OWN + PROBE_SHARED)]
-    params = ",\n    ".join(['paths: list[str] = typer.Argument(None, help="Files or directories.")', *options])
-    path.write_text(f"import typer\napp = typer.Typer(add_completion=False)\n\n\n@app.command()\ndef main(\n    {params},\n):\n"
-                    f'    """A command."""\n\n\napp()\n')
+# Prints the source of `twin_source` for the command `vi ARGS...`. It runs as a program, as the bench runs every
+# command: evaluation code does not import the command layer (tests/core/test_layers.py).
+TWIN_SCRIPT = """\
+import sys
+import typer
+from vi.cli.app import app
+from vi.evaluation.bench.startup import twin_source
+command = typer.main.get_command(app)
+for word in sys.argv[1:]:
+    command = command.resolve_command(typer.Context(command), [word])[1]
+sys.stdout.write(twin_source(command))
+"""
+
+
+def write_typer_twin(words: tuple[str, ...], path: Path) -> Path:
+    """Write to `path` a plain typer app that shows the help of `vi WORDS` (`twin_source`)."""
+    run_checked([sys.executable, "-c", TWIN_SCRIPT, *words], stdout=path)
     return path
+
+
+def twin_source(command) -> str:
+    """A plain typer app (no vi code) whose --help shows what the typer `command`'s shows: the same text
+    and example, the same parameters with their names, flags, types, metavars, ranges, defaults, help
+    and panels. Its time is typer's own for that help (rich.markdown, markdown-it, a table row per
+    option): the floor under the command's, so that the two together say what vi adds."""
+    params = [_twin_param(param) for param in command.params]
+    body = ",\n    ".join(params)
+    settings = {"help": command.help, "epilog": command.epilog}
+    return ("from pathlib import Path\nimport typer\n"
+            "app = typer.Typer(add_completion=False, rich_markup_mode='rich', "
+            "context_settings={'help_option_names': ['-h', '--help']})\n\n\n"
+            f"@app.command({', '.join(f'{k}={v!r}' for k, v in settings.items() if v)})\n"
+            f"def main(\n    {body},\n):\n    pass\n\n\napp()\n")
+
+
+_TWIN_TYPES = {"IntParamType": "int", "IntRange": "int", "FloatParamType": "float", "FloatRange": "float",
+               "TyperPath": "Path", "BoolParamType": "bool"}
+
+
+def _twin_param(param) -> str:
+    """One parameter of `twin_source`'s function, declared as the command's is shown."""
+    kind = _TWIN_TYPES.get(type(param.type).__name__, "str")
+    extra = {"help": getattr(param, "help", None), "rich_help_panel": getattr(param, "rich_help_panel", None),
+             "metavar": param.metavar, "min": getattr(param.type, "min", None), "max": getattr(param.type, "max", None)}
+    if kind == "Path":
+        extra.update(file_okay=param.type.file_okay, dir_okay=param.type.dir_okay)
+    keywords = "".join(f", {key}={value!r}" for key, value in extra.items() if value is not None)
+    many = param.nargs == -1 or getattr(param, "multiple", False)
+    if many:
+        kind = f"list[{kind}]"
+    if param.required:
+        default = "..."
+    elif param.default is None or many:
+        default = "None"
+    else:
+        default = repr(param.default if kind in ("int", "float", "bool") else str(param.default))
+    if param.param_type_name == "argument":
+        return f"{param.name}: {kind} = typer.Argument({default}{keywords})"
+    flags = list(param.opts)
+    if getattr(param, "secondary_opts", None):
+        flags = [f"{flags[0]}/{param.secondary_opts[0]}", *flags[1:]]
+    return f"{param.name}: {kind} = typer.Option({default}, {', '.join(map(repr, flags))}{keywords})"
+
+
+def help_runs(words: tuple[str, ...], work: Path) -> dict[str, tuple[list[str], Path | None]]:
+    """`vi WORDS --help`, and its plain typer twin's --help (`twin_source`)."""
+    name = " ".join(words)
+    twin = write_typer_twin(words, work / f"typer_twin_{'_'.join(words)}.py")
+    return {f"vi {name} --help": ([*vi_command(), *words, "--help"], None),
+            f"  its typer twin (no vi code), vi {name} --help's floor": ([sys.executable, str(twin), "--help"], None)}
 
 
 def commands(video: Path, work: Path) -> dict[str, tuple[list[str], Path | None]]:
@@ -44,6 +104,8 @@ def commands(video: Path, work: Path) -> dict[str, tuple[list[str], Path | None]
     vi = vi_command()
     probed = work / "probed.jsonl"
     run_checked([*vi, "probe", str(video), "-q"], stdout=probed)
+    none = work / "none.jsonl"
+    none.write_text("")
     steps = work / "steps.jsonl"
     steps.write_text(json.dumps({"id": "s", "video": str(video), "duration": 10.0, "steps": {
         "title": "How to", "items": [{"text": f"Step {i}.", "start": 2.0 * i, "end": 2.0 * i + 2,
@@ -55,15 +117,17 @@ def commands(video: Path, work: Path) -> dict[str, tuple[list[str], Path | None]
     pred.write_text(json.dumps({"scores": [0.9, 0.1, 0.2, 0.3]}) + "\n")
     return {
         BARE: ([sys.executable, "-c", "import typer, rich"], None),
-        TYPER_HELP: ([sys.executable, str(plain_typer_app(work / "plain_typer_app.py")), "--help"], None),
         "vi --version": ([*vi, "--version"], None),
         "vi --help": ([*vi, "--help"], None),
-        "vi probe --help": ([*vi, "probe", "--help"], None),
-        "vi train stepdiff --help": ([*vi, "train", "stepdiff", "--help"], None),
+        **{label: argv for words in HELPS for label, argv in help_runs(words, work).items()},
         "vi probe FILE": ([*vi, "probe", str(video), "-q"], None),
         "vi view RECORDS": ([*vi, "view", str(probed), "--out", str(work / "report"), "-q"], None),
         "vi status OUTPUT": ([*vi, "status", str(probed), "--json"], None),
-        "vi export showhowto": ([*vi, "export", "showhowto", "-q", "--out", str(work / "ds"), "--overwrite"], steps),
+        # its start alone (no record), then with one: decoding the step frames and writing them is its work
+        "vi export showhowto, no record": ([*vi, "export", "showhowto", "-q", "--out", str(work / "ds0"),
+                                            "--overwrite"], none),
+        "vi export showhowto, one record": ([*vi, "export", "showhowto", "-q", "--out", str(work / "ds"),
+                                             "--overwrite"], steps),
         "vi eval diffmcq": ([*vi, "eval", "diffmcq", "--gt", str(gt), "--pred", str(pred)], None),
     }
 
@@ -88,7 +152,8 @@ def startup_rows(result: dict) -> list[Row]:
         if label == BARE:
             continue
         mib = result["peak_rss_kib"][label] / 1024
-        rows += [Row(f"start-up: {label}", median(seconds), bare_s, "s", TIME_TARGET,
+        what = label if label.startswith(" ") else f"start-up: {label}"  # a twin: under its command
+        rows += [Row(what, median(seconds), bare_s, "s", TIME_TARGET,
                      f"baseline = {BARE}; median of {len(seconds)}"),
                  Row("  peak RSS", mib, RSS_GOAL_MIB, "MiB", 1.0,
                      f"baseline = the {RSS_GOAL_MIB:.0f} MiB goal; the bare import peaks at {bare_mib:.0f} MiB")]

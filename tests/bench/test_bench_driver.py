@@ -68,7 +68,7 @@ def test_only_runs_those_sections_and_shows_only_their_rows(tmp_path, sample):
     results = json.loads((out / "results.json").read_text())
     assert results["sections"] == "m" and set(results["section_s"]) == {"startup"}
     assert not set(SECTIONS[:-1]) & set(results)
-    assert all(row["what"].startswith(("start-up: ", "  peak RSS")) for row in results["rows"])
+    assert all(row["what"].startswith(("start-up: ", "  peak RSS", "  its typer twin")) for row in results["rows"])
     assert "sections: m (start-up)" in done.stdout and "transcribe" not in done.stdout
 
 

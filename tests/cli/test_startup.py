@@ -142,3 +142,19 @@ def test_listing_the_commands_imports_no_command_module(tmp_path, args, listed):
     assert "Usage" in shown and f" {listed} " in shown
     commands = [name for name in modules if name.startswith(("vi.cli.", "vi.pipelines.", "vi.evaluation."))]
     assert commands == ["vi.cli.app"]
+
+
+@pytest.mark.parametrize("words", [("probe",), ("train", "stepdiff")])
+def test_the_typer_twin_shows_the_commands_help(tmp_path, words):
+    """The bench's floor under a command's --help is a plain typer app showing that very help: if the two
+    drifted apart (an option more, another type), the comparison would be between different work."""
+    from vi.evaluation.bench.startup import write_typer_twin
+
+    twin = write_typer_twin(words, tmp_path / "twin.py")
+    env = {**os.environ, "COLUMNS": "100", "TERMINAL_WIDTH": "100"}
+    shown = [subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+             for argv in ([sys.executable, "-m", "vi", *words, "--help"], [sys.executable, str(twin), "--help"])]
+    assert all(done.returncode == 0 for done in shown), [done.stderr[-2000:] for done in shown]
+    vi_help, twin_help = (done.stdout.splitlines() for done in shown)
+    assert " ".join(words) in vi_help[1] and "Usage: twin.py" in twin_help[1]
+    assert vi_help[2:] == twin_help[2:] and len(vi_help) > 20
