@@ -17,7 +17,7 @@ import vi.cli.app as vi_app
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the docs are not in the wheel
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-README_MAX_LINES = 260
+README_MAX_LINES = 120  # two screens: the rest is in docs/
 HEADING = re.compile(r"^### vi ([a-z0-9][a-z0-9-]*(?: [a-z0-9][a-z0-9-]*)*)\s*$")
 LINK = re.compile(r"(?<!\\)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~)")
