@@ -24,10 +24,10 @@ from vi.evaluation.bench.tools import Row, alternate, median, peak_rss_kib, prog
 TIME_TARGET = 3.0  # x the bare import
 RSS_GOAL_MIB = 150.0
 BARE = "python -c 'import typer, rich'"
-HELPS = (("probe",), ("train", "stepdiff"))  # a short help and the longest one
+HELPS = (("probe",), ("train", "stepdiff"))  # a stage's help (13 parameters) and one of the longest (32; train showhowto has 35)
 
 
-# Prints the source of `twin_source` for the command `vi ARGS...`. It runs as a program, as the bench runs every
+# Writes on stdout `twin_source`'s app for the command `vi ARGS...`. It runs as a program, as the bench runs every
 # command: evaluation code does not import the command layer (tests/core/test_layers.py).
 TWIN_SCRIPT = """\
 import sys
