@@ -15,6 +15,8 @@ Each pair is judged the way the stage judges it (`judge_progression.PairJudge`, 
 - orders: the same, asked in both orders (the paper's prompt and the twin with A and B swapped): what a
   backend without likelihoods (openai:, transformers:) gets from `--debias calibrated`, and `--debias orders`;
 - calibrated: the letters scored by likelihood in both orders, calibrated against content-free captions;
+- channel (the default): the second caption scored after the first under "the same moment" and "a later
+  moment" (`--debias channel`); the paper's letter is evidence only;
 - +embedder: any of these, with the pairs the orders leave undecided decided by the embedder's similarity;
 - embedder alone: similarity < --same-state says change.
 The rows are decisions made by `judge_progression.decide` from the evidence the judge gave, so the evidence
@@ -95,6 +97,7 @@ def gather(pairs: list[dict], llm_ref: str, prompt: str, embedder_ref: str | Non
     kinds = {"greedy": lambda: PairJudge(llm(), prompt=prompt, debias="orders")} if orders else {
         "once": lambda: PairJudge(llm(), prompt=prompt, debias="none")}
     kinds["scored"] = lambda: PairJudge(llm(), prompt=prompt, debias="calibrated")
+    kinds["channel"] = lambda: PairJudge(llm(), prompt=prompt, debias="channel")
     if embedder_ref:
         kinds[f"similarity {embedder_ref}"] = None
     out: dict[str, list[dict]] = {}
@@ -114,9 +117,13 @@ def gather(pairs: list[dict], llm_ref: str, prompt: str, embedder_ref: str | Non
                         judge = judges.setdefault(kind, make())
                         seed = record_seed(0, pair["id"]) % 2**32
                         once = known.get(evidence_key({**row, "kind": "once"}))
+                        asked = known.get(evidence_key({**row, "kind": "greedy"})) or once
                         if kind == "greedy" and once:  # the paper's order was asked alike: ask the other
                             found = judge.orders_evidence(pair["desc1"], pair["desc2"], action=pair["action"],
                                                           seed=seed, paper=once["letters"]["paper"])
+                        elif kind == "channel" and asked:  # the paper's letter was asked alike: score only
+                            found = judge.channel_evidence(pair["desc1"], pair["desc2"], action=pair["action"],
+                                                           seed=seed, paper=asked["letters"]["paper"])
                         else:
                             found = judge.evidence(pair["desc1"], pair["desc2"], action=pair["action"], seed=seed,
                                                    where=f"pair {pair['id']}: ")
@@ -150,9 +157,10 @@ def rows(pairs: list[dict], evidence: dict[str, list[dict]], prompt: str, embedd
     if greedy:
         out["orders (both orders asked)"] = [decide(g, prompt, None) for g in greedy]
     out["calibrated (scored, both orders)"] = [decide(s, prompt, None) for s in scored]
+    out["channel: same vs later moment, scored (the default)"] = [decide(c, prompt, None) for c in evidence["channel"]]
     if similarity:
         if greedy:
-            out[f"orders + {embedder_ref} (the default)"] = [decide({**g, **m}, prompt, same_state)
+            out[f"orders + {embedder_ref}"] = [decide({**g, **m}, prompt, same_state)
                                                for g, m in zip(greedy, similarity)]
         out[f"calibrated + {embedder_ref}"] = [decide({**s, **m}, prompt, same_state)
                                                          for s, m in zip(scored, similarity)]
@@ -193,12 +201,12 @@ def report(pairs: list[dict], decided: dict[str, list[dict]], evidence: dict[str
 def print_table(split: str, pairs: list[dict], result: dict) -> None:
     changed = sum(p["change"] for p in pairs)
     print(f"{split} split: {len(pairs)} pairs, {changed} with a change of state, {len(pairs) - changed} without")
-    print(f"{'decision':<44} {'bal.acc':>7} {'change R':>8} {'same R':>7}  decisions / letters")
+    print(f"{'decision':<52} {'bal.acc':>7} {'change R':>8} {'same R':>7}  decisions / letters")
     for name, row in result.items():
         if "balanced_accuracy" not in row:
-            print(f"{name:<44} {'':>7} {'':>8} {'':>7}  letters {row['letters']}")
+            print(f"{name:<52} {'':>7} {'':>8} {'':>7}  letters {row['letters']}")
             continue
-        print(f"{name:<44} {row['balanced_accuracy']:>7.3f} {row['change_recall']:>8.3f} {row['same_recall']:>7.3f}"
+        print(f"{name:<52} {row['balanced_accuracy']:>7.3f} {row['change_recall']:>8.3f} {row['same_recall']:>7.3f}"
               f"  {row['decisions']}" + (f" letters {row['letters']}" if row["letters"] else ""))
 
 

@@ -18,7 +18,7 @@ ground-truth labels in the release, so this measures consistency, not accuracy. 
 seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead of all 141.
 
 --debias (default none, the paper's single ask) judges as `vi judge progression --debias` does: the letter
-is the stage's decision (both orders, calibrated, the embedder for the undecided), kept in --answers with its
+is the stage's decision (the channel's two hypotheses, both orders, calibrated, the embedder), kept in --answers with its
 verdict, and the tables name it "PROMPT --debias DEBIAS".
 
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
@@ -108,7 +108,7 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
     from vi.core.models.chat import LLMSettings, load_llm
     from vi.core.seeding import record_seed
     from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE, PairJudge,
-                                                                  judge_pair, load_embedder)
+                                                                  judge_pair, load_embedder, needs_embedder)
 
     known = load_answers(answers)
     sink = answers.open("a", encoding="utf-8") if answers else None
@@ -134,15 +134,18 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                                             seed=pair_seed)
                     else:
                         judge = judges.setdefault((ref, prompt), PairJudge(
-                            llm, prompt=prompt, debias=debias, embedder=load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"),
-                            same_state=SAME_STATE))
+                            llm, prompt=prompt, debias=debias, same_state=SAME_STATE,
+                            embedder=load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu") if needs_embedder(debias, llm)
+                            else None))
                         asked_once = known.get((ref, prompt), {}).get(key)
-                        if debias == "orders" and asked_once:
+                        if debias in ("orders", "channel") and asked_once and (
+                                debias == "orders" or judge.scores_captions):
                             # the paper's order was asked as the stage asks it (same prompt, seed and context):
-                            # only the swapped order is asked now
-                            verdict = judge.verdict_from(judge.orders_evidence(
+                            # only the swapped order is asked, or the second caption scored, now
+                            evidence = judge.orders_evidence if debias == "orders" else judge.channel_evidence
+                            verdict = judge.verdict_from(evidence(
                                 pair["desc1"], pair["desc2"], action=pair["action"], seed=pair_seed,
-                                paper=asked_once), )
+                                paper=asked_once))
                         else:
                             verdict = judge.verdict(pair["desc1"], pair["desc2"], action=pair["action"],
                                                     seed=pair_seed)

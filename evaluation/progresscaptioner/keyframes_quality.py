@@ -3,7 +3,8 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,calibrated] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
-    python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias none,orders]
+    python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias channel,orders]
+        [--split measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -26,7 +27,8 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_measure.json, ten hand-written caption sequences of 5-6 frames with known
 stages, the frames of one stage worded differently (as a captioning VLM varies), written for measuring only; the
-same rows as samples but kmeans (there are no images).
+same rows as samples but kmeans (there are no images). --split tune: the eight of keyframes_sequences_tune.json,
+written alike and used to design the judge's decision.
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
 call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 """
@@ -224,13 +226,17 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-HELDOUT_SEQUENCES = Path(__file__).parent / "heldout" / "keyframes_sequences_measure.json"
+HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
+                     for split in ("measure", "tune")}
 
 
-def heldout_records() -> tuple[list[dict], list[list[int]]]:
-    """The measure set's sequences as records with their captions (one full-sequence reply's, as a VLM's
-    captions of a whole sequence), and each frame's stage."""
-    sequences = json.loads(HELDOUT_SEQUENCES.read_text())["sequences"]
+def heldout_records(split: str = "measure") -> tuple[list[dict], list[list[int]]]:
+    """A split's sequences as records with their captions (one full-sequence reply's, as a VLM's captions of
+    a whole sequence), and each frame's stage."""
+    data = json.loads(HELDOUT_SEQUENCES[split].read_text())
+    if data.get("split") != split:
+        raise SystemExit(f"{HELDOUT_SEQUENCES[split]} says it is the {data.get('split')!r} split, not {split!r}")
+    sequences = data["sequences"]
     records = [{"id": s["id"], "action": s["action"],
                 "captions": {"model": "hand-written", "kind": "heldout", "window": "full",
                              "items": [{"frame": i, "text": t} for i, t in enumerate(s["captions"])]}}
@@ -243,10 +249,11 @@ def run_captions(args, console: Console) -> dict:
     keeps one frame per stage there), these captions word one stage differently from frame to frame, as
     a VLM does: a judge that calls every reworded pair a change keeps about as many redundant frames as
     chance."""
-    records, stages = heldout_records()
+    records, stages = heldout_records(args.split)
     rows = judged_rows(records, stages, args)
     rows["all frames"] = scored([list(range(len(plan))) for plan in stages], stages, args)
-    print_rows(rows, f"Keyframes vs the true stages: {len(records)} hand-written caption sequences (measure only), "
+    what = "measure only" if args.split == "measure" else "the tune split, designed on"
+    print_rows(rows, f"Keyframes vs the true stages: {len(records)} hand-written caption sequences ({what}), "
                      f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages", console)
     return {"sequences": len(records), "rows": rows}
 
@@ -255,8 +262,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("real", "samples", "captions"))
     parser.add_argument("--models", default=DEFAULT_MODELS)
-    parser.add_argument("--debias", default="calibrated", help="samples: the judges' --debias, comma-separated "
-                        "(none,calibrated: the paper's single ask beside the default)")
+    parser.add_argument("--debias", default="none,channel", help="the judges' --debias, comma-separated "
+                        "(none,channel: the paper's single ask beside the default)")
+    parser.add_argument("--split", choices=("measure", "tune"), default="measure", help="captions: which set")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")

@@ -11,16 +11,25 @@ still answers something else is asked again with what was wrong (`chat.chat_json
 after that the record becomes an `llm_output_invalid` error naming the pair, captioner and judge.
 
 How a judge's letter is made (--debias; each judge's `verdicts` entry records the letters of each order, the
-probabilities where they were scored, the captions' similarity and how the answer was decided):
+probabilities and likelihoods where they were scored, the captions' similarity and how the answer was decided):
+- channel (the default): no letter decides. Where the backend gives likelihoods (llama.cpp), the judge scores
+  the second caption as its reply to prompts that give it the first caption and one of two hypotheses: the
+  second image shows the same point of the task (only the view, the wording, a hand or an object's place
+  differs), or a later one, after more of the task was done (pseudo: no significant change / noticeable
+  changes); each hypothesis in two wordings, ours and the paper's prompt's words for its options, summed.
+  The pair is a change when the second caption is likelier under "later" (`channel`, in nats, above 0). A model that prefers an answer
+  or a letter has no say: both hypotheses score the same words, and only how well the captions fit each
+  moves the score (noisy-channel prompting, Min et al. 2022). The paper's prompt is still asked once and its
+  letter kept in `letters.paper`. A backend without likelihoods (openai:, transformers:) gets orders;
 - none: the paper's prompt asked once, the letter as it is (the paper's behaviour);
 - orders: asked twice, the paper's prompt and the same prompt with the meanings of A and B swapped; the two
   letters agree: that answer; they disagree (a letter the model prefers whatever the content): uncertain;
 - calibrated: on llama.cpp the letters of both orders are scored by likelihood and calibrated (contextual
   calibration: divided by the letter probabilities the same prompt gives content-free captions "N/A"), then
   combined as under orders; a backend without likelihoods (openai:, transformers:) gets orders.
-orders is the default: on the tune pairs (evaluation/progresscaptioner/RESULTS.md) qwen2.5-coder-1.5b leans
-to the answer "progressed", not to a letter, and its content-free letters are near even, so calibration
-moved little and cost a content-free ask per action.
+On the tune pairs (evaluation/progresscaptioner/RESULTS.md) qwen2.5-coder-1.5b leans to the answer
+"progressed", not to a letter: asked in both orders it says "progressed" in both, and its content-free letters
+are near even, so calibration moved little. Hence channel, which asks for no answer at all.
 Under orders and calibrated, --embedder (minilm-l6) is the second signal, one that does not share the LLM's
 leaning to "progressed": captions at least --same-state alike show the same state (no change) whatever the
 orders said; the orders agreeing on "no change" stands; the rest (their "change", and the pairs they leave
@@ -147,7 +156,16 @@ def majority(letters: list[str]) -> str | None:
 # - a sentence embedder (minilm-l6): two captions of one state, reworded, are near each other whatever an
 #   LLM prefers; captions this alike are the same state, and it decides the pairs the orders leave open.
 
-DEBIAS = ("orders", "calibrated", "none")
+DEBIAS = ("channel", "orders", "calibrated", "none")
+# --debias channel's two hypotheses per prompt, each in two wordings (ours, and the paper's prompt's own
+# words for its options): the second caption's likelihood after each is summed over the wordings and compared
+CHANNEL_HYPOTHESES = ("same", "later")
+CHANNEL_WORDINGS = ("", "_paper")
+CHANNEL_PROMPTS = {prompt: {f"{hypothesis}{wording}": f"progression_{prompt}_{hypothesis}{wording}"
+                            for hypothesis in CHANNEL_HYPOTHESES for wording in CHANNEL_WORDINGS}
+                   for prompt in ("pseudo", "eval")}
+CHANNEL_NEEDS = {"pseudo": ("desc1",), "eval": ("action", "desc1")}
+CHANNEL_MARGIN = 0.0  # nats: the second caption likelier after "later" than after "same" is a change
 ORDERS = ("paper", "swapped")
 CONTENT_FREE = "N/A"
 SAME_STATE = 0.75  # --same-state: on the tune pairs, changes were below 0.73 and rewordings the LLM called a change above 0.78
@@ -196,6 +214,8 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
     """The pair's decision from what the judge said (`evidence`, see PairJudge.evidence), pure:
     {change, letter (the paper's letter for it), method, decision (why, in words)}.
 
+    - channel: the second caption's log-likelihood after "a later moment" minus after "the same moment"
+      (`channel`) above CHANNEL_MARGIN is a change; the paper's letter is evidence only;
     - none: the paper's one letter, as it is;
     - orders (letters of both orders) and calibrated (likelihoods of both orders, each order's letters
       calibrated): the orders agree: their answer; they disagree, or one is C: undecided;
@@ -206,6 +226,12 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
       pairs it agreed on "progressed" in both orders for rewordings too.
     Without an embedder, undecided stays uncertain (C)."""
     method = evidence["method"]
+    if method == "channel":
+        score = evidence["channel"]
+        change = score > CHANNEL_MARGIN
+        return {"change": change, "letter": paper_letter(change, prompt), "method": "channel",
+                "decision": f"the second caption is {score:+.2f} nats likelier as a later moment than as the "
+                            f"same one: {'change' if change else 'no change'}"}
     if method == "none":
         change = letter_to_change(evidence["letters"]["paper"], prompt)
         return {"change": change, "letter": paper_letter(change, prompt), "method": "none",
@@ -234,7 +260,8 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
 @dataclass
 class PairJudge:
     """One judge LLM as the stage asks it, with --debias: the paper's prompt (and its twin with A and B
-    swapped), letters scored where the backend gives likelihoods, and the embedder for the undecided."""
+    swapped), letters scored where the backend gives likelihoods, and the embedder for the undecided; or
+    (channel) the second caption scored under the two hypotheses."""
 
     llm: ChatBackend
     prompt: str = "pseudo"
@@ -252,11 +279,19 @@ class PairJudge:
         if self.debias != "none":
             self.templates.setdefault("swapped", load_prompt(SWAPPED_PROMPTS[self.prompt], None,
                                                              needs=NEEDS[self.prompt]))
+        if self.debias == "channel":
+            for hypothesis, name in CHANNEL_PROMPTS[self.prompt].items():
+                self.templates.setdefault(hypothesis, load_prompt(name, None, needs=CHANNEL_NEEDS[self.prompt]))
 
     @property
     def scores_letters(self) -> bool:
         """Letters scored by likelihood (calibrated, on a backend that gives them), else sampled."""
-        return self.debias == "calibrated" and callable(getattr(self.llm, "option_log_probs", None))
+        return self.debias == "calibrated" and gives_likelihoods(self.llm)
+
+    @property
+    def scores_captions(self) -> bool:
+        """--debias channel on a backend that gives likelihoods (else the orders are asked)."""
+        return self.debias == "channel" and gives_likelihoods(self.llm)
 
     def messages(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> list[dict]:
         values = {"desc1": one_line(desc1), "desc2": one_line(desc2)}
@@ -267,6 +302,22 @@ class PairJudge:
             raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
                               f"context of {self.llm.n_ctx} tokens; raise --n-ctx")
         return messages
+
+    def channel_log_probs(self, desc1: str, desc2: str, action: str | None, where: str) -> dict[str, float]:
+        """log P(desc2 as the reply | desc1 and the hypothesis), summed over its tokens, per hypothesis and
+        wording (CHANNEL_PROMPTS' keys)."""
+        values = {"desc1": one_line(desc1)}
+        if self.prompt == "eval":
+            values["action"] = one_line(action) if action else NO_ACTION
+        second = one_line(desc2)
+        out = {}
+        for hypothesis in CHANNEL_PROMPTS[self.prompt]:
+            messages = self.templates[hypothesis].render(**values)
+            if self.llm.count_message_tokens(messages) + self.llm.count_tokens(second) + 8 > self.llm.n_ctx:
+                raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
+                                  f"context of {self.llm.n_ctx} tokens; raise --n-ctx")
+            out[hypothesis] = round(float(self.llm.option_log_probs(messages, [second])[0]), 4)
+        return out
 
     def letter_probs(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> dict[str, float]:
         scores = self.llm.option_log_probs(self.messages(order, desc1, desc2, action, where), LETTERS, REPLY_PREFIX)
@@ -286,6 +337,8 @@ class PairJudge:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
             return {"method": "none", "letters": {"paper": letter}}
+        if self.scores_captions:
+            return self.channel_evidence(desc1, desc2, action=action, seed=seed, where=where)
         if not self.scores_letters:
             return self.orders_evidence(desc1, desc2, action=action, seed=seed, where=where)
         probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
@@ -295,6 +348,18 @@ class PairJudge:
                 "content_free": {order: _rounded(free[order]) for order in ORDERS},
                 "calibrated": {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS},
                 **self.similarity(desc1, desc2)}
+
+    def channel_evidence(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0,
+                         where: str = "", paper: str | None = None) -> dict:
+        """The paper's letter (`paper`: already asked the same way) and the second caption's likelihood under
+        each hypothesis."""
+        letter = paper or judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
+                                     template=self.templates["paper"], where=where)
+        scored = self.channel_log_probs(desc1, desc2, action, where)
+        later = sum(v for k, v in scored.items() if k.startswith("later"))
+        same = sum(v for k, v in scored.items() if k.startswith("same"))
+        return {"method": "channel", "letters": {"paper": letter}, "log_probs": scored,
+                "channel": round(later - same, 4)}
 
     def orders_evidence(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0,
                         where: str = "", paper: str | None = None) -> dict:
@@ -320,6 +385,16 @@ class PairJudge:
 
     def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
         return self.verdict_from(self.evidence(desc1, desc2, action=action, seed=seed, where=where))
+
+
+def gives_likelihoods(llm: ChatBackend) -> bool:
+    """The backend scores given text (llama.cpp); a server or transformers only samples."""
+    return callable(getattr(llm, "option_log_probs", None))
+
+
+def needs_embedder(debias: str, llm: ChatBackend) -> bool:
+    """The embedder decides under orders and calibrated, and under channel on a backend that falls back to them."""
+    return debias in ("orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
 
 
 def _rounded(probs: dict[str, float]) -> dict[str, float]:
@@ -450,15 +525,18 @@ class ProgressionConfig:
         (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
         help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
              "named captions or captions_* that holds {items: [{frame, text}]}.")
-    debias: str = option("orders", help=(
-        "How a judge's answer is freed of the one a small model gives whatever the captions say. orders: ask "
+    debias: str = option("channel", help=(
+        "How a judge's answer is freed of the one a small model gives whatever the captions say. channel: no "
+        "letter decides; the judge scores the second caption after the first under two hypotheses, the same "
+        "moment reworded or a later one (pseudo: a noticeable change), and the likelier says (llama.cpp; other "
+        "backends get orders); the paper's letter is kept. orders: ask "
         "in both orders (the paper's prompt, and the same prompt with A and B swapped); they disagree: "
         "uncertain (C). calibrated: the same, the letters scored by likelihood where the backend gives them "
         "(llama.cpp; others get orders) and divided by those content-free captions ('N/A') get. none: the "
         "paper's prompt asked once (the paper's behaviour). Then --embedder has its say."))
     embedder: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "A sentence embedder (`vi models`: minilm-l6, mpnet-base, or a sentence-transformers folder), the "
-        "second signal of --debias orders|calibrated: captions at least --same-state alike show the same "
+        "second signal of --debias orders|calibrated (and of channel on a backend without likelihoods): captions at least --same-state alike show the same "
         "state whatever the judge said; the orders agreeing on no change stands; the rest is a change. "
         "'none': the orders alone (they disagree: uncertain, C)."))
     same_state: float = option(SAME_STATE, min=-1.0, max=1.0, help=(
@@ -499,7 +577,8 @@ class ProgressionConfig:
         if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
             self.pair_judges[id(llm)] = PairJudge(
                 llm, prompt=self.prompt, debias=self.debias, templates=self.templates,
-                embedder=self.text_embedder() if self.debias != "none" else None, same_state=self.same_state)
+                embedder=self.text_embedder() if needs_embedder(self.debias, llm) else None,
+                same_state=self.same_state)
         return self.pair_judges[id(llm)]
 
     def settings(self, ref: str) -> LLMSettings:
@@ -567,7 +646,7 @@ JUDGE_PROGRESSION = RecordStage(
           "caption-frames, [cyan]frames[/cyan]; with --prompt eval, [cyan]action[/cyan] (or action_label).",
     writes="[cyan]progression[/cyan] = {prompt, debias, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "
            "{captioner: {judge: A|B|C}}, verdicts: {captioner: {judge: {change, letter, method, decision, letters: "
-           "{paper, swapped}, probs, content_free, calibrated, similarity}}}, consensus, change, passed: "
+           "{paper, swapped}, probs, content_free, calibrated, log_probs: {same, later, same_paper, later_paper}, channel, similarity}}}, consensus, change, passed: "
            "{captioner: bool}}], distinct: \\[frame indices]}. answers: each judge's letter of the paper's prompt "
            "for its decision (--debias: verdicts say how it was made). "
            "consensus: the majority letter over every judge and captioner (a tie: null); change: pseudo B / "

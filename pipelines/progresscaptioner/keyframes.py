@@ -14,10 +14,11 @@ the number of keyframes follows the content. Here (`--method progress`):
   completed", with the record's action): keyframes should show the task advancing, and this prompt is the
   one that says a change of viewpoint or hand position is no progression, which the pseudo-labelling prompt
   ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the
-  judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default both
-  orders, then the --embedder's say on captions at least --same-state alike), and only a decided change
-  keeps a frame: uncertain does not. A small judge answers "progressed" to nearly every pair (issue 38);
-  asked once, it kept about as many redundant frames as random frames would.
+  judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default channel:
+  the second caption scored as a later moment against as the same moment reworded), and only a decided
+  change keeps a frame: uncertain does not. A small judge answers "progressed" to nearly every pair, in
+  either order of the letters (issue 38); asked for a letter, it kept about as many redundant frames as
+  random frames would.
 
 `--method uniform`: N frames evenly spaced over the sequence (first and last included), N = --count, else
 the count of a progress run already in the record (`keyframes` with method progress), else 4.
@@ -45,6 +46,7 @@ from vi.pipelines.progresscaptioner.judge_progression import (
     check_debias,
     debias_templates,
     load_embedder,
+    needs_embedder,
     record_action,
 )
 
@@ -86,7 +88,7 @@ class KeyframesConfig(LLMConfig):
         "captioner (--window 2 --keep-both): a transformers VLM folder or hub id, openai:MODEL@URL, "
         "offline (the embedded-model captioner) or auto. Used for records whose caption field has no "
         "per-window captions; without it those records' captions are compared as they are."))
-    debias: str = with_default(ProgressionConfig, "debias", "orders")
+    debias: str = with_default(ProgressionConfig, "debias", "channel")
     embedder: str = with_default(ProgressionConfig, "embedder", DEFAULT_TEXT_EMBEDDING)
     same_state: float = with_default(ProgressionConfig, "same_state", SAME_STATE)
     swapped_prompt_file: Path | None = with_default(ProgressionConfig, "swapped_prompt_file", None)
@@ -122,7 +124,7 @@ class KeyframesConfig(LLMConfig):
     def pair_judge(self, llm: ChatBackend) -> PairJudge:
         """vi judge progression's way of asking `llm` (--debias), kept per LLM object."""
         if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
-            embedder = load_embedder(self.embedder, self.device) if self.debias != "none" else None
+            embedder = load_embedder(self.embedder, self.device) if needs_embedder(self.debias, llm) else None
             self.pair_judges[id(llm)] = PairJudge(llm, prompt=self.prompt, debias=self.debias,
                                                   templates=self.templates, embedder=embedder,
                                                   same_state=self.same_state)

@@ -59,6 +59,25 @@ class ScoredJudge(AlwaysSays):
         return [math.log(probs[o]) for o in options]
 
 
+class ChannelJudge(AlwaysSays):
+    """A likelihood judge whose letter is always A and whose log-likelihood of a second caption is scripted:
+    `gain[caption]` more after each wording of the "later" hypothesis than after the "same" one's."""
+
+    def __init__(self, gain: dict[str, float]):
+        super().__init__("A")
+        self.gain, self.scored = gain, []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        text = messages[-1]["content"]
+        later = any(mark in text for mark in ("taken later", "the action has advanced", "noticeable changes"))
+        (caption,) = options
+        self.scored.append((later, caption, reply_prefix, text))
+        return [-20.0 + (self.gain[caption] if later else 0.0)]
+
+
 class FakeEmbedder:
     """encode() gives two unit vectors whose dot product is the similarity scripted for the first text."""
 
@@ -187,13 +206,71 @@ def test_keyframes_follow_the_debiased_decision(monkeypatch):
     fake = FakeEmbedder({texts[0]: 0.4, texts[1]: 0.9})
     monkeypatch.setattr(kf, "load_embedder", lambda ref, device: fake)
     rec = record(texts)
+    # a backend without likelihoods: the default (channel) falls back to both orders and the embedder
     out = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), AlwaysSays("A"))
     assert [k["index"] for k in out["keyframes"]] == [0, 1]  # the always-A judge alone would keep all three
     method = out["keyframes_method"]
-    assert method["debias"] == "orders" and method["answers"] == ["A", "B"]
+    assert method["debias"] == "channel" and method["answers"] == ["A", "B"]
+    assert [v["method"] for v in method["verdicts"]] == ["orders+embedder"] * 2
     assert [v["letters"]["paper"] for v in method["verdicts"]] == ["A", "A"]
     old = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL, debias="none"), AlwaysSays("A"))
     assert [k["index"] for k in old["keyframes"]] == [0, 1, 2]
+    # a backend that scores: the channel decides, and no embedder is loaded
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: pytest.fail("channel needs no embedder"))
+    scored = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), ChannelJudge({texts[1]: 4.0, texts[2]: -3.0}))
+    assert [k["index"] for k in scored["keyframes"]] == [0, 1]
+    assert [v["method"] for v in scored["keyframes_method"]["verdicts"]] == ["channel"] * 2
+
+
+def test_channel_decides_by_the_captions_not_the_letter():
+    """A judge whose letter is always A: under --debias channel (the default) its letter is kept and has no
+    say; the second caption's likelihood as a later moment against as the same moment decides."""
+    texts = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
+    judge = ChannelJudge({texts[1]: 3.5, texts[2]: -2.0})
+    out = jp.judge_record(record(texts), config(), [("j", judge)])["progression"]
+    assert out["debias"] == "channel"
+    assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
+    first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
+    assert first["method"] == second["method"] == "channel"
+    assert first["letters"] == second["letters"] == {"paper": "A"}  # the paper's letter, kept
+    assert (first["channel"], second["channel"]) == (pytest.approx(7.0), pytest.approx(-4.0))  # two wordings
+    assert second["log_probs"] == {"same": pytest.approx(-20.0), "later": pytest.approx(-22.0),
+                                   "same_paper": pytest.approx(-20.0), "later_paper": pytest.approx(-22.0)}
+    assert second["letter"] == "B" and "no change" in second["decision"]
+    assert out["pairs"][1]["answers"] == {"captions": {"j": "B"}}
+    # each second caption is scored whole, as the reply (no prefix), after both hypotheses in both wordings;
+    # each names the action and shows the first caption, never the second
+    assert [(later, caption) for later, caption, _, _ in judge.scored] == [
+        (later, caption) for caption in texts[1:] for later in (False, False, True, True)]
+    assert all(prefix == "" for _, _, prefix, _ in judge.scored)
+    assert all(texts[0] in text and texts[1] not in text and "cut a lemon" in text
+               for _, _, _, text in judge.scored[:4])
+    assert "slight object adjustments" in judge.scored[1][3]  # the paper's own words for "no progression"
+    assert len(judge.asked) == 2  # the paper's prompt, once per pair
+    # the paper's single ask believes the letter: both pairs progressed
+    old = jp.judge_record(record(texts), config(debias="none"), [("j", ChannelJudge({}))])["progression"]
+    assert [p["change"] for p in old["pairs"]] == [True, True]
+
+
+def test_channel_under_the_pseudo_prompt_and_its_margin():
+    texts = ["A whole lemon on a board.", "The lemon cut in half."]
+    judge = ChannelJudge({texts[1]: 0.0})
+    out = jp.judge_record(record(texts), jp.ProgressionConfig(llms=(SMOL,), prompt="pseudo", device="cpu"),
+                          [("j", judge)])["progression"]
+    verdict = out["pairs"][0]["verdicts"]["captions"]["j"]
+    assert verdict["change"] is False and verdict["letter"] == "A"  # pseudo A: similar; a tie is no change
+    assert {later for later, *_ in judge.scored} == {False, True}
+    assert all("cut a lemon" not in text for *_, text in judge.scored)  # pseudo names no action
+    decided = jp.decide({"method": "channel", "channel": 0.01, "letters": {"paper": "A"}}, "pseudo", None)
+    assert (decided["change"], decided["letter"]) == (True, "B")
+
+
+def test_channel_says_when_the_captions_do_not_fit():
+    judge = ChannelJudge({})
+    judge.n_ctx = 40
+    pj = jp.PairJudge(judge, prompt="eval", debias="channel")
+    with pytest.raises(jp.RecordError, match="raise --n-ctx"):
+        pj.channel_evidence("a " * 50, "b", action="x", paper="A")
 
 
 @pytest.mark.slow
@@ -212,3 +289,29 @@ def test_real_minilm_tells_a_rewording_from_a_change():
     assert all(v["method"] == "orders+embedder" for v in judged)
     alone = [jp.PairJudge(AlwaysSays("A"), prompt="eval", debias="none").verdict(a, b) for a, b, _ in pairs]
     assert [v["change"] for v in alone] == [True] * 4  # the preferred letter, believed
+
+
+@pytest.mark.slow
+def test_real_default_judge_channel_tells_a_rewording_from_a_change():
+    """The default judge (qwen2.5-coder-1.5b) on four pairs of the tune split (heldout/judge_pairs_tune.json
+    t09, t15, t04, t18): its letter says "progressed" for all four, the two rewordings included; the channel
+    (the second caption as a later moment against as the same one) tells them apart."""
+    from vi.core.models.catalog import DEFAULT_LLM
+    from vi.core.models.chat import LLMSettings, load_llm
+
+    pairs = [("A small hole has been dug in the soil of the garden bed.",
+              "A tomato seedling now stands in the hole, with soil pressed around its stem.", "plant a seedling", True),
+             ("Two whole eggs sit next to an empty bowl.", "The eggs have been cracked and their yolks are in the bowl.",
+              "crack eggs", True),
+             ("A brush dipped in white paint is held near a grey, unpainted fence panel.",
+              "Seen from a lower angle, the grey fence panel is still unpainted while a hand holds a paintbrush.",
+              "paint a fence", False),
+             ("A person holds a screwdriver against a loose shelf bracket.",
+              "The shelf bracket is still loose; the screwdriver is held slightly higher.", "fix a shelf bracket", False)]
+    llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=2048, threads=2))
+    judge = jp.PairJudge(llm, prompt="eval", debias="channel")
+    assert judge.scores_captions
+    verdicts = [judge.verdict(a, b, action=action) for a, b, action, _ in pairs]
+    assert [v["letters"]["paper"] for v in verdicts] == ["A"] * 4  # the letter alone: every pair progressed
+    assert [v["change"] for v in verdicts] == [truth for *_, truth in pairs]
+    assert all(abs(v["channel"]) > 1.0 for v in verdicts)  # by more than a nat each way
