@@ -167,8 +167,12 @@ def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str,
             letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
             methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
             kept = [[k["index"] for k in o["keyframes"]] for o in outs]
+            # per sequence: what was kept and each pair's verdict (the evidence), for --json
+            judged = [{"id": r["id"], "kept": k, "verdicts": o["keyframes_method"]["verdicts"]}
+                      for r, k, o in zip(records, kept, outs)]
             rows[f"progress ({model}, --debias {debias})"] = scored(
-                kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1))
+                kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1),
+                sequences=judged)
             rows[f"uniform (count of {model}, --debias {debias})"] = scored(
                 [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)], stages, args)
     return rows
