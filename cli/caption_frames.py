@@ -16,7 +16,7 @@ from vi.pipelines.progresscaptioner import offline_captioner as oc
           "format), converted once and asked the release's way.",
     writes="[cyan]captions[/cyan] (or --into FIELD) = {model, kind, window, prompt, items: [{frame, text}], "
            "repairs}: [cyan]frame[/cyan] indexes [cyan]frames[/cyan]; [cyan]kind[/cyan] is vlm, openai or "
-           f"{oc.KIND} (the offline captioner: ImageNet labels and view changes, no actions); windowed runs "
+           f"{oc.KIND} (the offline captioner: ImageNet labels and scene changes, no actions); windowed runs "
            "add [cyan]from[/cyan] (the window's frames) to each item, and a frame's first item is its caption. "
            "[cyan]repairs[/cyan] lists what the reply parser fixed. A sequence --window full cannot take (1 "
            "frame, or more than --max-frames), missing frame files, or a reply lacking a frame's caption after "

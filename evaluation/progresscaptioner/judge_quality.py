@@ -18,8 +18,8 @@ ground-truth labels in the release, so this measures consistency, not accuracy. 
 seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead of all 141.
 
 --debias (default none, the paper's single ask) judges as `vi judge progression --debias` does: the letter
-is the stage's decision (the channel's two hypotheses, both orders, calibrated, the embedder), kept in --answers with its
-verdict, and the tables name it "PROMPT --debias DEBIAS".
+is the stage's decision (the channel's two hypotheses, both orders, calibrated, the embedder), kept in
+--answers with its verdict, and the tables name it "PROMPT --debias DEBIAS".
 
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,

@@ -82,7 +82,7 @@ class CaptionConfig:
         "Qwen2-VL/Qwen2.5-VL, Idefics3/SmolVLM, a vi train captioner checkpoint), optionally written "
         "transformers:REF; openai:MODEL@URL for an OpenAI-compatible server (vLLM, SGLang, a hosted "
         "model; key from VI_LLM_API_KEY); offline: EfficientNet-Lite0's ImageNet labels and whether the "
-        f"view changed, said as such; auto: the first cached of {', '.join(KNOWN_VLMS)}, else offline."))
+        f"scene changed, said as such; auto: the first cached of {', '.join(KNOWN_VLMS)}, else offline."))
     window: str = option("full", help=(
         "full: the whole sequence in one request (2 to --max-frames frames); N: N-frame sliding windows, "
         "frame t captioned by the window ending at t (2: (v_{t-1}, v_t), frame 0 from (v0, v1)); 1: "

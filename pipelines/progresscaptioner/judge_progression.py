@@ -17,10 +17,11 @@ probabilities and likelihoods where they were scored, the captions' similarity a
   second image shows the same point of the task (only the view, the wording, a hand or an object's place
   differs), or a later one, after more of the task was done (pseudo: no significant change / noticeable
   changes); each hypothesis in two wordings, ours and the paper's prompt's words for its options, summed.
-  The pair is a change when the second caption is likelier under "later" (`channel`, in nats, above 0). A model that prefers an answer
-  or a letter has no say: both hypotheses score the same words, and only how well the captions fit each
-  moves the score (noisy-channel prompting, Min et al. 2022). The paper's prompt is still asked once and its
-  letter kept in `letters.paper`. A backend without likelihoods (openai:, transformers:) gets orders;
+  The pair is a change when the second caption is likelier under "later" (`channel`, in nats, above 0). A
+  model that prefers an answer or a letter has no say: both hypotheses score the same words, and only how
+  well the captions fit each moves the score (noisy-channel prompting, Min et al. 2022). The paper's prompt
+  is still asked once and its letter kept in `letters.paper`. A backend without likelihoods (openai:,
+  transformers:) gets orders;
 - none: the paper's prompt asked once, the letter as it is (the paper's behaviour);
 - orders: asked twice, the paper's prompt and the same prompt with the meanings of A and B swapped; the two
   letters agree: that answer; they disagree (a letter the model prefers whatever the content): uncertain;
@@ -397,6 +398,18 @@ def needs_embedder(debias: str, llm: ChatBackend) -> bool:
     return debias in ("orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
 
 
+def field_debias(debias: str, captions: object) -> str:
+    """The --debias a caption field is judged with. channel scores a caption as a description of a moment; the
+    offline captioner's captions are ImageNet label lists and feature distances, not descriptions, and the
+    channel reads nearly all of their pairs as no change (evaluation/progresscaptioner/RESULTS.md), so such a
+    field is judged by orders and the embedder instead (its verdicts say so in `method`)."""
+    from vi.pipelines.progresscaptioner.offline_captioner import KIND
+
+    if debias == "channel" and isinstance(captions, dict) and captions.get("kind") == KIND:
+        return "orders"
+    return debias
+
+
 def _rounded(probs: dict[str, float]) -> dict[str, float]:
     return {letter: round(p, 4) for letter, p in probs.items()}
 
@@ -533,10 +546,11 @@ class ProgressionConfig:
         "in both orders (the paper's prompt, and the same prompt with A and B swapped); they disagree: "
         "uncertain (C). calibrated: the same, the letters scored by likelihood where the backend gives them "
         "(llama.cpp; others get orders) and divided by those content-free captions ('N/A') get. none: the "
-        "paper's prompt asked once (the paper's behaviour). Then --embedder has its say."))
+        "paper's prompt asked once (the paper's behaviour). Under orders and calibrated, --embedder then has its say."))
     embedder: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "A sentence embedder (`vi models`: minilm-l6, mpnet-base, or a sentence-transformers folder), the "
-        "second signal of --debias orders|calibrated (and of channel on a backend without likelihoods): captions at least --same-state alike show the same "
+        "second signal of --debias orders|calibrated (and of channel on a backend without likelihoods): "
+        "captions at least --same-state alike show the same "
         "state whatever the judge said; the orders agreeing on no change stands; the rest is a change. "
         "'none': the orders alone (they disagree: uncertain, C)."))
     same_state: float = option(SAME_STATE, min=-1.0, max=1.0, help=(
@@ -572,14 +586,17 @@ class ProgressionConfig:
         """The --embedder, loaded once per process; None for 'none'."""
         return load_embedder(self.embedder, self.device)
 
-    def pair_judge(self, llm: ChatBackend) -> PairJudge:
-        """The stage's way of asking `llm` (kept per LLM object: it holds the content-free letters)."""
-        if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
-            self.pair_judges[id(llm)] = PairJudge(
-                llm, prompt=self.prompt, debias=self.debias, templates=self.templates,
-                embedder=self.text_embedder() if needs_embedder(self.debias, llm) else None,
+    def pair_judge(self, llm: ChatBackend, debias: str | None = None) -> PairJudge:
+        """The stage's way of asking `llm` (kept per LLM object and --debias: it holds the content-free
+        letters); `debias` for one caption field (`field_debias`), else --debias."""
+        debias = debias or self.debias
+        key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
+        if key not in self.pair_judges:
+            self.pair_judges[key] = PairJudge(
+                llm, prompt=self.prompt, debias=debias, templates=self.templates,
+                embedder=self.text_embedder() if needs_embedder(debias, llm) else None,
                 same_state=self.same_state)
-        return self.pair_judges[id(llm)]
+        return self.pair_judges[key]
 
     def settings(self, ref: str) -> LLMSettings:
         return LLMSettings(ref, n_ctx=self.n_ctx, device=self.device, seed=self.seed, threads=self.threads,
@@ -617,7 +634,8 @@ def judge_record(record: dict, config: ProgressionConfig, judges: list[tuple[str
     action = record_action(record) if config.prompt == "eval" else None
     seed = record_seed(config.seed, record["id"]) % 2**32
     judges = judges if judges is not None else config.judges()
-    asked = [(ref, config.pair_judge(llm)) for ref, llm in judges]
+    asked = {name: [(ref, config.pair_judge(llm, field_debias(config.debias, record[name]))) for ref, llm in judges]
+             for name in names}
     pairs = []
     for i in range(frame_count(record, texts) - 1):
         answers: dict[str, dict[str, str] | None] = {}
@@ -630,7 +648,7 @@ def judge_record(record: dict, config: ProgressionConfig, judges: list[tuple[str
             verdicts[name] = {ref: judge.verdict(*pair, action=action, seed=seed,
                                                  where=f"record {record['id']}, {name} frames {i}-{i + 1}, "
                                                        f"judge {ref}: ")
-                              for ref, judge in asked}
+                              for ref, judge in asked[name]}
             answers[name] = {ref: verdict["letter"] for ref, verdict in verdicts[name].items()}
         pairs.append(vote(answers, config.prompt, i, verdicts))
     out = {"prompt": config.prompt, "debias": config.debias, "judges": [ref for ref, _ in judges],
@@ -646,7 +664,8 @@ JUDGE_PROGRESSION = RecordStage(
           "caption-frames, [cyan]frames[/cyan]; with --prompt eval, [cyan]action[/cyan] (or action_label).",
     writes="[cyan]progression[/cyan] = {prompt, debias, judges, captioners, pairs: [{frames: \\[i, i+1], answers: "
            "{captioner: {judge: A|B|C}}, verdicts: {captioner: {judge: {change, letter, method, decision, letters: "
-           "{paper, swapped}, probs, content_free, calibrated, log_probs: {same, later, same_paper, later_paper}, channel, similarity}}}, consensus, change, passed: "
+           "{paper, swapped}, probs, content_free, calibrated, log_probs: {same, later, same_paper, later_paper}, "
+           "channel, similarity}}}, consensus, change, passed: "
            "{captioner: bool}}], distinct: \\[frame indices]}. answers: each judge's letter of the paper's prompt "
            "for its decision (--debias: verdicts say how it was made). "
            "consensus: the majority letter over every judge and captioner (a tie: null); change: pseudo B / "

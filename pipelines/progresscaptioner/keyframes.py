@@ -45,6 +45,7 @@ from vi.pipelines.progresscaptioner.judge_progression import (
     ProgressionConfig,
     check_debias,
     debias_templates,
+    field_debias,
     load_embedder,
     needs_embedder,
     record_action,
@@ -121,14 +122,16 @@ class KeyframesConfig(LLMConfig):
 
             resolve_embedder(self.image_model)  # a missing model: before any record
 
-    def pair_judge(self, llm: ChatBackend) -> PairJudge:
-        """vi judge progression's way of asking `llm` (--debias), kept per LLM object."""
-        if id(llm) not in self.pair_judges:  # the PairJudge holds llm, so its id is not reused meanwhile
-            embedder = load_embedder(self.embedder, self.device) if needs_embedder(self.debias, llm) else None
-            self.pair_judges[id(llm)] = PairJudge(llm, prompt=self.prompt, debias=self.debias,
-                                                  templates=self.templates, embedder=embedder,
-                                                  same_state=self.same_state)
-        return self.pair_judges[id(llm)]
+    def pair_judge(self, llm: ChatBackend, debias: str | None = None) -> PairJudge:
+        """vi judge progression's way of asking `llm` (`debias` for these captions, `field_debias`; else
+        --debias), kept per LLM object and debias."""
+        debias = debias or self.debias
+        key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
+        if key not in self.pair_judges:
+            embedder = load_embedder(self.embedder, self.device) if needs_embedder(debias, llm) else None
+            self.pair_judges[key] = PairJudge(llm, prompt=self.prompt, debias=debias, templates=self.templates,
+                                              embedder=embedder, same_state=self.same_state)
+        return self.pair_judges[key]
 
 
 # --- the sequence --------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
                     llm: ChatBackend) -> tuple[list[int], dict[int, str | None], dict]:
     action = record_action(record) if config.prompt == "eval" else None
     seed = record_seed(config.seed, record["id"]) % 2**32
-    judge = config.pair_judge(llm)
+    judge = config.pair_judge(llm, field_debias(config.debias, captions))
     kept, texts, letters, verdicts, how = [0], {}, [], [], set()
     for t in range(1, length):
         before, after, source = pair_captions(captions, t)

@@ -4,10 +4,12 @@ No VLM weights are on an offline machine, and `vi caption-frames` must still run
 captioner is built from the one embedded image model, EfficientNet-Lite0 (ImageNet-1k), and says only what
 that model measures:
 - what is seen: the frame's top-k ImageNet classes with their softmax probabilities ("orange (80%)");
-- whether the view changed: the cosine distance between the frame's pooled image features (the classifier's
+- whether the scene changed: the cosine distance between the frame's pooled image features (the classifier's
   last convolutional layer, averaged over the image) and the previous frame's in the same window. Below
-  `threshold` the caption says "Same view as the previous frame"; above, "The view changed from the previous
-  frame", and which top labels appeared and which are gone.
+  `threshold` the caption says "The same scene as the previous frame"; above, "The scene changed from the
+  previous frame", and which top labels appeared and which are gone. Not "the view": the distance above the
+  threshold is a change of what is in the frame (below), and the paper's progression prompt reads a change of
+  viewpoint as no progression.
 It never names an action or a person's progress: ImageNet has no such classes, and the distance says that
 something changed, not what. Records say so: `kind` "offline-imagenet-labels", `model` names the classifier,
 k and the threshold. Its quality against frames whose progression is known is measured by the lead's
@@ -42,7 +44,7 @@ class FrameLook:
 
 
 def model_name(top_k: int, threshold: float) -> str:
-    return (f"{vision.IMAGENET_ARCH} ImageNet top-{top_k} labels + view change (pooled-feature cosine "
+    return (f"{vision.IMAGENET_ARCH} ImageNet top-{top_k} labels + scene change (pooled-feature cosine "
             f"distance > {threshold:g})")
 
 
@@ -83,10 +85,10 @@ def caption(current: FrameLook, previous: FrameLook | None, threshold: float = C
         return seen
     d = distance(current, previous)
     if d <= threshold:
-        return f"Same view as the previous frame (image-feature distance {d:.2f}). {seen}"
+        return f"The same scene as the previous frame (image-feature distance {d:.2f}). {seen}"
     now, before = [n for n, _ in current.labels], [n for n, _ in previous.labels]
     appeared, gone = [n for n in now if n not in before], [n for n in before if n not in now]
-    change = f"The view changed from the previous frame (image-feature distance {d:.2f})"
+    change = f"The scene changed from the previous frame (image-feature distance {d:.2f})"
     if appeared:
         change += f"; labels new here: {', '.join(appeared)}"
     if gone:

@@ -75,8 +75,8 @@ def test_offline_captions_say_same_where_the_photo_is_the_same_and_differ_where_
     first, same, changed = (item["text"] for item in captions["items"])
     assert [item["frame"] for item in captions["items"]] == [0, 1, 2] and captions["window"] == "full"
     assert first.startswith("An ImageNet classifier's top labels: orange (")
-    assert same.startswith("Same view as the previous frame") and "orange (" in same
-    assert changed.startswith("The view changed from the previous frame") and "Granny Smith apple" in changed
+    assert same.startswith("The same scene as the previous frame") and "orange (" in same
+    assert changed.startswith("The scene changed from the previous frame") and "Granny Smith apple" in changed
     assert "labels gone: orange" in changed and len({first, same, changed}) == 3
     for text in (first, same, changed):  # it never claims an action it cannot see
         assert "peel" not in text
@@ -87,8 +87,8 @@ def test_offline_windows_of_two_with_keep_both_and_of_one(photos):
     both = cf.CaptionConfig(vlm="offline", window="2", keep_both=True, into="captions_b", device="cpu")
     items = cf.caption_batch([sequence("s", *frames)], both)[0]["captions_b"]["items"]
     assert [(i["frame"], i["from"]) for i in items] == [(0, [0, 1]), (1, [0, 1]), (1, [1, 2]), (2, [1, 2])]
-    assert items[1]["text"].startswith("The view changed") and not items[2]["text"].startswith("The view")
-    assert items[3]["text"].startswith("The view changed")  # apple -> orange
+    assert items[1]["text"].startswith("The scene changed") and not items[2]["text"].startswith("The scene changed")
+    assert items[3]["text"].startswith("The scene changed")  # apple -> orange
     single = cf.CaptionConfig(vlm="offline", window="1", device="cpu")
     out = cf.caption_batch([sequence("s", *frames)], single)[0]["captions"]
     assert out["window"] == 1 and all("from" not in i and i["text"].startswith("An ImageNet") for i in out["items"])

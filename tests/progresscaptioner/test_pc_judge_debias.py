@@ -315,3 +315,29 @@ def test_real_default_judge_channel_tells_a_rewording_from_a_change():
     assert [v["letters"]["paper"] for v in verdicts] == ["A"] * 4  # the letter alone: every pair progressed
     assert [v["change"] for v in verdicts] == [truth for *_, truth in pairs]
     assert all(abs(v["channel"]) > 1.0 for v in verdicts)  # by more than a nat each way
+
+
+def test_offline_captions_are_judged_by_the_orders_not_the_channel(monkeypatch):
+    """The offline captioner's captions are label lists, not descriptions: the channel reads nearly all their
+    pairs as no change, so a field of that kind is judged by both orders and the embedder, and says so."""
+    from vi.pipelines.progresscaptioner.offline_captioner import KIND
+
+    texts = ["An ImageNet classifier's top labels: lemon (80%).",
+             "The scene changed from the previous frame (image-feature distance 0.60). Labels: knife (70%)."]
+    fake = FakeEmbedder({texts[0]: 0.4})
+    monkeypatch.setattr(jp.ProgressionConfig, "text_embedder", lambda self: fake)
+    offline = record(texts)
+    offline["captions"]["kind"] = KIND
+    offline["captions_vlm"] = {"model": "v", "items": [{"frame": i, "text": t} for i, t in enumerate(texts)]}
+    judge = ChannelJudge({texts[1]: -5.0})  # the channel would say no change
+    out = jp.judge_record(offline, config(), [("j", judge)])["progression"]
+    verdicts = out["pairs"][0]["verdicts"]
+    assert verdicts["captions"]["j"]["method"] == "orders+embedder" and verdicts["captions"]["j"]["change"] is True
+    assert verdicts["captions_vlm"]["j"]["method"] == "channel" and verdicts["captions_vlm"]["j"]["change"] is False
+    assert jp.field_debias("channel", offline["captions"]) == "orders"
+    assert jp.field_debias("none", offline["captions"]) == "none"  # an explicit choice stands
+    monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: fake)
+    kept = kf.keyframes(offline, kf.KeyframesConfig(llm=SMOL), ChannelJudge({texts[1]: -5.0}))
+    assert [k["index"] for k in kept["keyframes"]] == [0, 1]
+    assert kept["keyframes_method"]["verdicts"][0]["method"] == "orders+embedder"
