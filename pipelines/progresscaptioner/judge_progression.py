@@ -231,8 +231,8 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
         score = evidence["channel"]
         change = score > CHANNEL_MARGIN
         return {"change": change, "letter": paper_letter(change, prompt), "method": "channel",
-                "decision": f"the second caption is {score:+.2f} nats likelier as a later moment than as the "
-                            f"same one: {'change' if change else 'no change'}"}
+                "decision": f"the second caption's log-likelihood as a later moment minus as the same one: "
+                            f"{score:+.2f} nats: {'change' if change else 'no change'}"}
     if method == "none":
         change = letter_to_change(evidence["letters"]["paper"], prompt)
         return {"change": change, "letter": paper_letter(change, prompt), "method": "none",
