@@ -114,7 +114,9 @@ def gather(pairs: list[dict], llm_ref: str, prompt: str, embedder_ref: str | Non
                         first, second = embedder().encode([pair["desc1"], pair["desc2"]])
                         found = {"similarity": round(float(first @ second), 4)}
                     else:
-                        judge = judges.setdefault(kind, make())
+                        if kind not in judges:  # made once, not for every pair
+                            judges[kind] = make()
+                        judge = judges[kind]
                         seed = record_seed(0, pair["id"]) % 2**32
                         once = known.get(evidence_key({**row, "kind": "once"}))
                         asked = known.get(evidence_key({**row, "kind": "greedy"})) or once

@@ -107,8 +107,8 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
     threshold), kept with its verdict and named `prompt_key(prompt, debias)`."""
     from vi.core.models.chat import LLMSettings, load_llm
     from vi.core.seeding import record_seed
-    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE, PairJudge,
-                                                                  judge_pair, load_embedder, needs_embedder)
+    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE,
+                                                                  cached_pair_judge, judge_pair, load_embedder)
 
     known = load_answers(answers)
     sink = answers.open("a", encoding="utf-8") if answers else None
@@ -133,19 +133,17 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                         letter = judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
                                             seed=pair_seed)
                     else:
-                        judge = judges.setdefault((ref, prompt), PairJudge(
-                            llm, prompt=prompt, debias=debias, same_state=SAME_STATE,
-                            embedder=load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu") if needs_embedder(debias, llm)
-                            else None))
+                        judge = cached_pair_judge(judges.setdefault(prompt, {}), llm, debias, prompt=prompt,
+                                                  templates=None, same_state=SAME_STATE,
+                                                  embedder=lambda: load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"))
                         asked_once = known.get((ref, prompt), {}).get(key)
-                        if debias in ("orders", "channel") and asked_once and (
-                                debias == "orders" or judge.scores_captions):
-                            # the paper's order was asked as the stage asks it (same prompt, seed and context):
-                            # only the swapped order is asked, or the second caption scored, now
-                            evidence = judge.orders_evidence if debias == "orders" else judge.channel_evidence
-                            verdict = judge.verdict_from(evidence(
-                                pair["desc1"], pair["desc2"], action=pair["action"], seed=pair_seed,
-                                paper=asked_once))
+                        # the paper's order was asked as the stage asks it (same prompt, seed and context): only
+                        # the swapped order is asked, or the second caption scored, now
+                        rest = {"orders": judge.orders_evidence,
+                                "channel": judge.channel_evidence if judge.scores_captions else None}.get(debias)
+                        if rest and asked_once:
+                            verdict = judge.verdict_from(rest(pair["desc1"], pair["desc2"], action=pair["action"],
+                                                              seed=pair_seed, paper=asked_once))
                         else:
                             verdict = judge.verdict(pair["desc1"], pair["desc2"], action=pair["action"],
                                                     seed=pair_seed)

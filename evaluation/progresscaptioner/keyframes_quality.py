@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
-        [--debias none,calibrated] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
+        [--debias none,channel] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias channel,orders]
         [--split measure|tune]
 

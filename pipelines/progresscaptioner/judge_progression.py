@@ -63,13 +63,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import (LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, ChatBackend, LLMConfig, LLMSettings,
                                  chat_json, check_llm, load_llm)
+from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
@@ -121,13 +122,8 @@ def judge_pair(llm: ChatBackend, desc1: str, desc2: str, *, prompt: str = "pseud
 
     Raises RecordError (`context_too_small`, `llm_output_invalid`); `where` starts its message."""
     template = template or packaged_prompt(prompt)
-    values = {"desc1": one_line(desc1), "desc2": one_line(desc2)}
-    if prompt == "eval":
-        values["action"] = one_line(action) if action else NO_ACTION
-    messages = template.render(**values)
-    if llm.count_message_tokens(messages) + MAX_TOKENS > llm.n_ctx:
-        raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
-                          f"context of {llm.n_ctx} tokens; raise --n-ctx")
+    messages = fitting(llm, template.render(**prompt_values(prompt, action, desc1=desc1, desc2=desc2)),
+                       MAX_TOKENS, where)
     reply = chat_json(functools.partial(llm.chat, schema=ANSWER_SCHEMA), messages, ANSWER_SCHEMA,
                       max_tokens=MAX_TOKENS, temperature=0.0, seed=seed)
     letter = parse_letter(reply.text)
@@ -136,6 +132,23 @@ def judge_pair(llm: ChatBackend, desc1: str, desc2: str, *, prompt: str = "pseud
                           f'{{"answer": "A"|"B"|"C"}}, {SCHEMA_RETRIES + 1} times; use a backend that '
                           "constrains its replies (llama.cpp, a server with json_schema) or another model")
     return letter
+
+
+def prompt_values(prompt: str, action: str | None, **captions: str) -> dict[str, str]:
+    """What a judge prompt's placeholders are filled with: the captions on one line each, and under eval the
+    action (NO_ACTION without one)."""
+    values = {name: one_line(text) for name, text in captions.items()}
+    if prompt == "eval":
+        values["action"] = one_line(action) if action else NO_ACTION
+    return values
+
+
+def fitting(llm: ChatBackend, messages: list[dict], reply_tokens: int, where: str) -> list[dict]:
+    """`messages`, once checked to leave `reply_tokens` of the judge's context (else context_too_small)."""
+    if llm.count_message_tokens(messages) + reply_tokens > llm.n_ctx:
+        raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
+                          f"context of {llm.n_ctx} tokens; raise --n-ctx")
+    return messages
 
 
 def majority(letters: list[str]) -> str | None:
@@ -295,28 +308,18 @@ class PairJudge:
         return self.debias == "channel" and gives_likelihoods(self.llm)
 
     def messages(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> list[dict]:
-        values = {"desc1": one_line(desc1), "desc2": one_line(desc2)}
-        if self.prompt == "eval":
-            values["action"] = one_line(action) if action else NO_ACTION
-        messages = self.templates[order].render(**values)
-        if self.llm.count_message_tokens(messages) + MAX_TOKENS > self.llm.n_ctx:
-            raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
-                              f"context of {self.llm.n_ctx} tokens; raise --n-ctx")
-        return messages
+        values = prompt_values(self.prompt, action, desc1=desc1, desc2=desc2)
+        return fitting(self.llm, self.templates[order].render(**values), MAX_TOKENS, where)
 
     def channel_log_probs(self, desc1: str, desc2: str, action: str | None, where: str) -> dict[str, float]:
         """log P(desc2 as the reply | desc1 and the hypothesis), summed over its tokens, per hypothesis and
         wording (CHANNEL_PROMPTS' keys)."""
-        values = {"desc1": one_line(desc1)}
-        if self.prompt == "eval":
-            values["action"] = one_line(action) if action else NO_ACTION
+        values = prompt_values(self.prompt, action, desc1=desc1)
         second = one_line(desc2)
+        reply_tokens = self.llm.count_tokens(second) + MESSAGE_OVERHEAD_TOKENS  # the caption as the reply
         out = {}
         for hypothesis in CHANNEL_PROMPTS[self.prompt]:
-            messages = self.templates[hypothesis].render(**values)
-            if self.llm.count_message_tokens(messages) + self.llm.count_tokens(second) + 8 > self.llm.n_ctx:
-                raise RecordError("context_too_small", f"{where}the captions and the prompt do not fit the judge's "
-                                  f"context of {self.llm.n_ctx} tokens; raise --n-ctx")
+            messages = fitting(self.llm, self.templates[hypothesis].render(**values), reply_tokens, where)
             out[hypothesis] = round(float(self.llm.option_log_probs(messages, [second])[0]), 4)
         return out
 
@@ -357,8 +360,8 @@ class PairJudge:
         letter = paper or judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                      template=self.templates["paper"], where=where)
         scored = self.channel_log_probs(desc1, desc2, action, where)
-        later = sum(v for k, v in scored.items() if k.startswith("later"))
-        same = sum(v for k, v in scored.items() if k.startswith("same"))
+        later, same = (sum(scored[f"{hypothesis}{wording}"] for wording in CHANNEL_WORDINGS)
+                       for hypothesis in ("later", "same"))
         return {"method": "channel", "letters": {"paper": letter}, "log_probs": scored,
                 "channel": round(later - same, 4)}
 
@@ -396,6 +399,17 @@ def gives_likelihoods(llm: ChatBackend) -> bool:
 def needs_embedder(debias: str, llm: ChatBackend) -> bool:
     """The embedder decides under orders and calibrated, and under channel on a backend that falls back to them."""
     return debias in ("orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
+
+
+def cached_pair_judge(cache: dict, llm: ChatBackend, debias: str, *, prompt: str, templates: dict | None,
+                      same_state: float, embedder: Callable[[], object]) -> PairJudge:
+    """The PairJudge asking `llm` with `debias`, made once per (LLM object, debias) and kept in `cache` (it
+    holds the content-free letters); `embedder()` loads the --embedder, called only where it decides."""
+    key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
+    if key not in cache:
+        cache[key] = PairJudge(llm, prompt=prompt, debias=debias, templates=templates, same_state=same_state,
+                               embedder=embedder() if needs_embedder(debias, llm) else None)
+    return cache[key]
 
 
 def field_debias(debias: str, captions: object) -> str:
@@ -589,14 +603,8 @@ class ProgressionConfig:
     def pair_judge(self, llm: ChatBackend, debias: str | None = None) -> PairJudge:
         """The stage's way of asking `llm` (kept per LLM object and --debias: it holds the content-free
         letters); `debias` for one caption field (`field_debias`), else --debias."""
-        debias = debias or self.debias
-        key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
-        if key not in self.pair_judges:
-            self.pair_judges[key] = PairJudge(
-                llm, prompt=self.prompt, debias=debias, templates=self.templates,
-                embedder=self.text_embedder() if needs_embedder(debias, llm) else None,
-                same_state=self.same_state)
-        return self.pair_judges[key]
+        return cached_pair_judge(self.pair_judges, llm, debias or self.debias, prompt=self.prompt,
+                                 templates=self.templates, same_state=self.same_state, embedder=self.text_embedder)
 
     def settings(self, ref: str) -> LLMSettings:
         return LLMSettings(ref, n_ctx=self.n_ctx, device=self.device, seed=self.seed, threads=self.threads,

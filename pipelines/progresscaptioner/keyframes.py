@@ -43,11 +43,11 @@ from vi.pipelines.progresscaptioner.judge_progression import (
     SAME_STATE,
     PairJudge,
     ProgressionConfig,
+    cached_pair_judge,
     check_debias,
     debias_templates,
     field_debias,
     load_embedder,
-    needs_embedder,
     record_action,
 )
 
@@ -97,7 +97,7 @@ class KeyframesConfig(LLMConfig):
     # vi caption-frames' config for --captioner, with --method progress: pairwise captions made here
     pair_captioning: object | None = internal(init=False, default=None)
     templates: dict | None = internal(init=False, default=None)  # order -> prompt (judge_progression.PairJudge)
-    pair_judges: dict | None = internal(init=False, default=None)  # one PairJudge per LLM, kept across records
+    pair_judges: dict | None = internal(init=False, default=None)  # a PairJudge per LLM and debias, across records
 
     def __post_init__(self) -> None:
         if self.captioner and self.method == "progress":  # a missing captioner: before any record
@@ -125,13 +125,9 @@ class KeyframesConfig(LLMConfig):
     def pair_judge(self, llm: ChatBackend, debias: str | None = None) -> PairJudge:
         """vi judge progression's way of asking `llm` (`debias` for these captions, `field_debias`; else
         --debias), kept per LLM object and debias."""
-        debias = debias or self.debias
-        key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
-        if key not in self.pair_judges:
-            embedder = load_embedder(self.embedder, self.device) if needs_embedder(debias, llm) else None
-            self.pair_judges[key] = PairJudge(llm, prompt=self.prompt, debias=debias, templates=self.templates,
-                                              embedder=embedder, same_state=self.same_state)
-        return self.pair_judges[key]
+        return cached_pair_judge(self.pair_judges, llm, debias or self.debias, prompt=self.prompt,
+                                 templates=self.templates, same_state=self.same_state,
+                                 embedder=lambda: load_embedder(self.embedder, self.device))
 
 
 # --- the sequence --------------------------------------------------------------------------------
