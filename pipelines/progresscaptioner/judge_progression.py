@@ -171,6 +171,7 @@ def majority(letters: list[str]) -> str | None:
 #   LLM prefers; captions this alike are the same state, and it decides the pairs the orders leave open.
 
 DEBIAS = ("channel", "orders", "calibrated", "none")
+DEFAULT_DEBIAS = "channel"  # vi judge progression's and vi keyframes' --debias
 # --debias channel's two hypotheses per prompt, each in two wordings (ours, and the paper's prompt's own
 # words for its options): the second caption's likelihood after each is summed over the wordings and compared
 CHANNEL_HYPOTHESES = ("same", "later")
@@ -552,7 +553,7 @@ class ProgressionConfig:
         (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
         help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
              "named captions or captions_* that holds {items: [{frame, text}]}.")
-    debias: str = option("channel", help=(
+    debias: str = option(DEFAULT_DEBIAS, help=(
         "How a judge's answer is freed of the one a small model gives whatever the captions say. channel: no "
         "letter decides; the judge scores the second caption after the first under two hypotheses, the same "
         "moment reworded or a later one (pseudo: a noticeable change), and the likelier says (llama.cpp; other "

@@ -39,6 +39,7 @@ from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.seeding import record_rng, record_seed
 from vi.pipelines.progresscaptioner.judge_progression import (
+    DEFAULT_DEBIAS,
     PROMPTS,
     SAME_STATE,
     PairJudge,
@@ -89,7 +90,7 @@ class KeyframesConfig(LLMConfig):
         "captioner (--window 2 --keep-both): a transformers VLM folder or hub id, openai:MODEL@URL, "
         "offline (the embedded-model captioner) or auto. Used for records whose caption field has no "
         "per-window captions; without it those records' captions are compared as they are."))
-    debias: str = with_default(ProgressionConfig, "debias", "channel")
+    debias: str = with_default(ProgressionConfig, "debias", DEFAULT_DEBIAS)
     embedder: str = with_default(ProgressionConfig, "embedder", DEFAULT_TEXT_EMBEDDING)
     same_state: float = with_default(ProgressionConfig, "same_state", SAME_STATE)
     swapped_prompt_file: Path | None = with_default(ProgressionConfig, "swapped_prompt_file", None)
