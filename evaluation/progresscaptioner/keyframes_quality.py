@@ -4,7 +4,7 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,channel] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias channel,orders]
-        [--split measure|tune]
+        [--split measure3|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -25,10 +25,12 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   share of kept frames showing a stage an earlier kept frame already shows;
 - chance: the same number of frames per sequence drawn at random (frame 0 kept when the method keeps it),
   --draws draws seeded, averaged.
-captions: heldout/keyframes_sequences_measure.json, ten hand-written caption sequences of 5-6 frames with known
-stages, the frames of one stage worded differently (as a captioning VLM varies), written for measuring only; the
-same rows as samples but kmeans (there are no images). --split tune: the eight of keyframes_sequences_tune.json,
-written alike and used to design the judge's decision.
+captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
+of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
+images). --split: measure3 (the default; fourteen sequences) and measure2 (twelve), each written blind to the
+judge by a separate writer before any run on it; measure (ten) and tune (eight), written in this project beside
+the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
+read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
 call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 """
@@ -36,6 +38,7 @@ call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import tempfile
@@ -159,22 +162,22 @@ def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str,
     """Per judge LLM and --debias: what `vi keyframes --method progress` keeps, and uniform frames of the
     same count; each row scored against the stages and against chance at the same counts."""
     rows: dict[str, dict] = {}
-    for model in args.models:
-        for debias in args.debias:
-            config, llm = judge_config(model, args.threads, debias=debias)
-            start = time.time()
-            outs = [kf.keyframes(r, config, llm) for r in records]
-            letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
-            methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
-            kept = [[k["index"] for k in o["keyframes"]] for o in outs]
-            # per sequence: what was kept and each pair's verdict (the evidence), for --json
-            judged = [{"id": r["id"], "kept": k, "verdicts": o["keyframes_method"]["verdicts"]}
-                      for r, k, o in zip(records, kept, outs)]
-            rows[f"progress ({model}, --debias {debias})"] = scored(
-                kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1),
-                sequences=judged)
-            rows[f"uniform (count of {model}, --debias {debias})"] = scored(
-                [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)], stages, args)
+    for model, debias, reference in itertools.product(args.models, args.debias, args.reference):
+        config, llm = judge_config(model, args.threads, debias=debias, reference=reference)
+        start = time.time()
+        outs = [kf.keyframes(r, config, llm) for r in records]
+        letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
+        methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
+        kept = [[k["index"] for k in o["keyframes"]] for o in outs]
+        # per sequence: what was kept and each pair's verdict (the evidence), for --json
+        judged = [{"id": r["id"], "kept": k, "verdicts": o["keyframes_method"]["verdicts"]}
+                  for r, k, o in zip(records, kept, outs)]
+        name = f"{model}, --debias {debias}" + ("" if reference == "previous" else f", --reference {reference}")
+        rows[f"progress ({name})"] = scored(
+            kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1),
+            sequences=judged)
+        rows[f"uniform (count of {name})"] = scored(
+            [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)], stages, args)
     return rows
 
 
@@ -230,8 +233,9 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
+SPLITS = ("measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
-                     for split in ("measure", "tune")}
+                     for split in SPLITS}
 
 
 def heldout_records(split: str = "measure") -> tuple[list[dict], list[list[int]]]:
@@ -256,7 +260,7 @@ def run_captions(args, console: Console) -> dict:
     records, stages = heldout_records(args.split)
     rows = judged_rows(records, stages, args)
     rows["all frames"] = scored([list(range(len(plan))) for plan in stages], stages, args)
-    what = "measure only" if args.split == "measure" else "the tune split, designed on"
+    what = "measure only" if args.split == "measure3" else f"the {args.split} split"
     print_rows(rows, f"Keyframes vs the true stages: {len(records)} hand-written caption sequences ({what}), "
                      f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages", console)
     return {"sequences": len(records), "rows": rows}
@@ -268,7 +272,8 @@ def main() -> None:
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--debias", default="none,channel", help="the judges' --debias, comma-separated "
                         "(none,channel: the paper's single ask beside the default)")
-    parser.add_argument("--split", choices=("measure", "tune"), default="measure", help="captions: which set")
+    parser.add_argument("--reference", default="previous", help="vi keyframes --reference, comma-separated")
+    parser.add_argument("--split", choices=SPLITS, default="measure3", help="captions: which set")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")
@@ -280,6 +285,7 @@ def main() -> None:
     args = parser.parse_args()
     args.models = [m for m in args.models.split(",") if m]
     args.debias = [d for d in args.debias.split(",") if d]
+    args.reference = [r for r in args.reference.split(",") if r]
     console = Console(width=150)
     result = {"real": run_real, "samples": run_samples, "captions": run_captions}[args.what](args, console)
     if args.json:

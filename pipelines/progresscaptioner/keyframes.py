@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 STAGE = "keyframes"
 METHODS = ("progress", "uniform", "kmeans")
+REFERENCES = ("previous", "keyframe")
 DEFAULT_COUNT = 4  # uniform's N when neither --count nor a progress run says
 
 
@@ -74,6 +75,11 @@ class KeyframesConfig(LLMConfig):
         "uniform: how many frames (default: the count of a progress run already in the record's "
         f"keyframes, else {DEFAULT_COUNT})."))
     captions: str = option("captions", help="The caption field to read (vi caption-frames --into).")
+    reference: str = option("previous", help=(
+        "progress: what frame t is judged against. previous: frame t-1 (the paper's sliding window). keyframe: "
+        "the last frame kept, so a change the judge missed between t-1 and t is asked again, from further "
+        "back, at t+1, and a stage drawn out over many frames cannot creep past the judge one small step at "
+        "a time."))
     into: str = option("keyframes", help=(
         "Write the keyframes to this field (and FIELD_method), so methods can sit side by side."))
     prompt: str = option("eval", help=(
@@ -104,6 +110,8 @@ class KeyframesConfig(LLMConfig):
         if self.captioner and self.method == "progress":  # a missing captioner: before any record
             object.__setattr__(self, "pair_captioning", pair_captioner(self.captioner, device=self.device,
                                                                       seed=self.seed))
+        if self.reference not in REFERENCES:
+            raise ValueError(f"--reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}")
         if self.method not in METHODS:
             raise ValueError(f"--method {self.method!r}: choose one of {', '.join(METHODS)}")
         if self.count is not None and self.count < 1:
@@ -214,26 +222,31 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
     seed = record_seed(config.seed, record["id"]) % 2**32
     judge = config.pair_judge(llm, field_debias(config.debias, captions))
     kept, texts, letters, verdicts, how = [0], {}, [], [], set()
+    first = first_captions(captions)
     for t in range(1, length):
-        before, after, source = pair_captions(captions, t)
+        ref = kept[-1] if config.reference == "keyframe" else t - 1
+        if ref == t - 1:
+            before, after, source = pair_captions(captions, t)
+        else:  # no window holds (ref, t): each frame's own caption
+            before, after, source = first.get(ref), first.get(t), "sequence"
         if before is None or after is None:
-            missing = t - 1 if before is None else t
+            missing = ref if before is None else t
             raise RecordError("missing_caption", f"record {record['id']}: frame {missing} has no caption in "
                               f"'{config.captions}'; keyframes compare the captions of every adjacent pair")
         how.add(source)
         if t == 1:
             texts[0] = before
         verdict = judge.verdict(before, after, action=action, seed=seed,
-                                where=f"record {record['id']}, frames {t - 1}-{t}: ")
+                                where=f"record {record['id']}, frames {ref}-{t}: ")
         letters.append(verdict["letter"])
         verdicts.append(verdict)
         if verdict["change"] is True:
             kept.append(t)
             texts[t] = after
     if length == 1:
-        texts[0] = first_captions(captions).get(0)
-    info = {"llm": config.llm, "prompt": config.prompt, "debias": config.debias, "action": action,
-            "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters,
+        texts[0] = first.get(0)
+    info = {"llm": config.llm, "prompt": config.prompt, "debias": config.debias, "reference": config.reference,
+            "action": action, "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters,
             "verdicts": verdicts}
     return kept, texts, info
 

@@ -19,7 +19,8 @@ STAGE_TEXT = ["The bowl is empty on the table.", "Flour has been poured into the
 
 
 class StageJudge:
-    """A stand-in judge LLM: progression when the two captions differ, none when they are the same, in the
+    """A stand-in judge LLM: progression when the two captions differ (a window's tag aside), none when they
+    are the same, in the
     letters of the order it is asked (eval A / B; the swapped prompt, which --debias also asks: B / A).
     `pairs` holds the captions of each pair once (the paper's order)."""
 
@@ -36,7 +37,8 @@ class StageJudge:
         swapped = "A. No Action Progression" in messages[-1]["content"]
         if not swapped:
             self.pairs.append(found.groups())
-        progressed = found.group(1) != found.group(2)
+        first, second = (re.sub(r" \(window \d+\)$", "", text) for text in found.groups())  # the stage's text
+        progressed = first != second
         return ChatReply(json.dumps({"answer": "A" if progressed != swapped else "B"}), 0, 0, "stop")
 
 
@@ -99,6 +101,51 @@ def test_progress_needs_a_caption_for_every_frame(judge):
     del record["captions"]
     with pytest.raises(RecordError, match="no 'captions' captions"):
         kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+
+
+class LevelJudge(StageJudge):
+    """A judge that sees a change only when the water level differs by at least 20 points: it never
+    notices the 10 points of one adjacent pair."""
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        found = re.search(r"Image 1: (.*) Image 2: (.*) Choose one", messages[-1]["content"])
+        swapped = "A. No Action Progression" in messages[-1]["content"]
+        if not swapped:
+            self.pairs.append(found.groups())
+        first, second = (int(re.search(r"(\d+)%", text).group(1)) for text in found.groups())
+        progressed = abs(second - first) >= 20
+        return ChatReply(json.dumps({"answer": "A" if progressed != swapped else "B"}), 0, 0, "stop")
+
+
+def test_the_last_keyframe_as_reference_catches_a_slow_change(judge, monkeypatch):
+    """--reference keyframe: a change too small for the judge between adjacent frames is seen from the
+    last keyframe; the paper's sliding window (previous) misses it at every step and keeps frame 0 alone."""
+    levels = LevelJudge()
+    monkeypatch.setattr(kf.KeyframesConfig, "load_llm", lambda self: levels)
+    record = {"id": "glass", "action": "fill a glass", "captions": {"model": "test", "kind": "test", "items": [
+        {"frame": t, "text": f"The glass is {10 * t}% full of water."} for t in range(6)]}}
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+    assert [k["index"] for k in out["keyframes"]] == [0] and out["keyframes_method"]["reference"] == "previous"
+    levels.pairs.clear()
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, reference="keyframe"))
+    assert [k["index"] for k in out["keyframes"]] == [0, 2, 4]
+    # each frame was judged against the last keyframe: 0-1, 0-2, then 2-3, 2-4, then 4-5
+    level = lambda text: int(re.search(r"(\d+)%", text).group(1))  # noqa: E731
+    assert [(level(a), level(b)) for a, b in levels.pairs] == [(0, 10), (0, 20), (20, 30), (20, 40), (40, 50)]
+    assert out["keyframes_method"]["reference"] == "keyframe"
+    with pytest.raises(ValueError, match="--reference must be one of previous, keyframe"):
+        kf.KeyframesConfig(llm=SMOL, reference="first")
+
+
+def test_the_last_keyframe_as_reference_on_window_captions(judge):
+    """With per-window captions, a pair of adjacent frames is still read from its window; a keyframe
+    further back is compared by each frame's own first caption ("mixed")."""
+    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL, reference="keyframe"))
+    assert [k["index"] for k in out["keyframes"]] == [0, 2, 5]
+    assert out["keyframes_method"]["captions"] == "mixed"
+    # frame 3 against keyframe 2: adjacent, from their window (2, 3); frame 4 against keyframe 2: first captions
+    assert judge.pairs[2] == (STAGE_TEXT[1] + " (window 2)", STAGE_TEXT[1] + " (window 2)")
+    assert judge.pairs[3] == (STAGE_TEXT[1] + " (window 1)", STAGE_TEXT[1] + " (window 3)")
 
 
 def test_uniform_spacing_and_its_count():
