@@ -14,7 +14,11 @@ pressure cooker the 1.5B model's citations were up to 15 lines off. The label pa
 lines is another signal (TALK_WEIGHT per line), so a step is not grounded on talk that shares its
 words (the intro's "today I'm going to make baked potatoes" is the line likest "remove the
 potatoes and eat"); and a run of lines pays SPAN_COST per line past its first, as a longer text
-matches more of a step's words whether or not they are said there.
+matches more of a step's words whether or not they are said there. Before the alignment, each
+run's similarities are taken down by half its mean similarity to its HUB_K nearest steps (CSLS,
+`hub_corrected`): the small embedder reads the topic first, so a line about the dish in general
+is near every step and took steps said elsewhere (the pressure cooker's 15 minutes, said on line
+17, went to line 8's "put them in so that they're going to be steamed nicely").
 
 Everything here is a pure function of numbers: the similarities come in as a matrix, so the
 alignment is tested with small fakes, without a model.
@@ -35,6 +39,7 @@ CITE_WEIGHT = 0.03  # cosine similarity the citation is worth at its own lines, 
 SPAN_COST = 0.03  # cosine similarity each line past a run's first must earn (a longer text matches more words)
 CITE_SPREAD = 2.0  # lines: the citation's prior falls to exp(-1/2) of its weight this far away
 TALK_WEIGHT = 0.15  # cosine similarity taken off per line, times the label pass's P(TALK) of the line
+HUB_K = 10  # a run's hubness: its mean similarity to its HUB_K likeliest steps (all of them in a smaller chunk)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,22 @@ def align(similarity: np.ndarray, runs: Sequence[tuple[int, int]], cited: Sequen
     return placed[::-1]
 
 
+def hub_corrected(similarity: np.ndarray, k: int = HUB_K) -> np.ndarray:
+    """CSLS (cross-domain similarity local scaling; Conneau et al. 2018, "Word translation without
+    parallel data"), halved: similarity[i, r] - mean of run r's similarity to its k nearest steps / 2
+    (the steps' own term is the same for every run of a step, so it cannot move one and is left out).
+    A small embedder reads the topic first: a line about the dish in general ("put them in so
+    they're steamed nicely") is near every step, so it is the best match of steps said elsewhere
+    ("steam for about 15 minutes", said ten lines later). Taking off how near a run is to all the
+    steps leaves what is near this step alone."""
+    import numpy as np
+
+    if similarity.size == 0:
+        return similarity
+    nearest = np.sort(similarity, axis=0)[-min(k, similarity.shape[0]):]
+    return similarity - nearest.mean(axis=0, keepdims=True) / 2
+
+
 def ground_steps(texts: Sequence[str], lines: Sequence[str], cited: Sequence[tuple[int, int] | None],
                  embed: Callable[[list[str]], np.ndarray], talk: Sequence[float] | None = None
                  ) -> list[Grounded]:
@@ -119,4 +140,4 @@ def ground_steps(texts: Sequence[str], lines: Sequence[str], cited: Sequence[tup
     similarity = vectors[:len(texts)] @ vectors[len(texts):].T
     where = {run: r for r, run in enumerate(runs)}
     return [Grounded(a, b, round(float(similarity[i, where[(a, b)]]), 3))
-            for i, (a, b) in enumerate(align(similarity, runs, cited, talk))]
+            for i, (a, b) in enumerate(align(hub_corrected(similarity), runs, cited, talk))]

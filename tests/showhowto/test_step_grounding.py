@@ -56,6 +56,23 @@ def test_steps_keep_their_order_under_the_alignment():
     assert starts == sorted(starts)
 
 
+def test_a_line_near_every_step_does_not_take_steps_said_elsewhere():
+    """Hubness (CSLS): line 2 talks about the dish in general ("put them in so they're steamed
+    nicely"), so it is near every step and a little nearer the water and the 15 minutes than lines
+    3 and 5, where they are said (the pressure cooker's case). Aligned on the raw similarity, line 2
+    takes both; taken off how near each line is to all the steps, each lands where it is said."""
+    runs = sg.spans(5, max_span=1)
+    similarity = np.array([[0.8, 0.7, 0.2, 0.2, 0.3],     # put the potatoes in: line 1
+                           [0.2, 0.72, 0.7, 0.2, 0.2],    # add a cup and a half of water: line 3
+                           [0.3, 0.72, 0.2, 0.2, 0.68]])  # steam for 15 minutes: line 5
+    cited = [None, None, None]
+    assert sg.align(similarity, runs, cited) == [(1, 1), (2, 2), (2, 2)]
+    corrected = sg.hub_corrected(similarity)
+    assert np.allclose(corrected[:, 1], similarity[:, 1] - (0.7 + 0.72 + 0.72) / 3 / 2)
+    assert sg.align(corrected, runs, cited) == [(1, 1), (3, 3), (5, 5)]
+    assert np.allclose(sg.hub_corrected(similarity, k=1)[:, 1], similarity[:, 1] - 0.36)
+
+
 def test_a_step_is_not_grounded_on_talk_that_shares_its_words():
     lines = ["The nice thing about steaming potatoes is it keeps your kitchen cool.",
              "Put the potatoes in the steamer basket."]
