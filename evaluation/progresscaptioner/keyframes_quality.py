@@ -238,7 +238,7 @@ HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequ
                      for split in SPLITS}
 
 
-def heldout_records(split: str = "measure") -> tuple[list[dict], list[list[int]]]:
+def heldout_records(split: str = SPLITS[0]) -> tuple[list[dict], list[list[int]]]:
     """A split's sequences as records with their captions (one full-sequence reply's, as a VLM's captions of
     a whole sequence), and each frame's stage."""
     data = json.loads(HELDOUT_SEQUENCES[split].read_text())

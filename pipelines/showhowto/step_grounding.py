@@ -118,7 +118,7 @@ def hub_corrected(similarity: np.ndarray, k: int = HUB_K) -> np.ndarray:
     (the steps' own term is the same for every run of a step, so it cannot move one and is left out).
     A small embedder reads the topic first: a line about the dish in general ("put them in so
     they're steamed nicely") is near every step, so it is the best match of steps said elsewhere
-    ("steam for about 15 minutes", said ten lines later). Taking off how near a run is to all the
+    ("steam for about 15 minutes", said nine lines later). Taking off how near a run is to all the
     steps leaves what is near this step alone."""
     import numpy as np
 

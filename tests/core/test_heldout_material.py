@@ -1,7 +1,8 @@
 """The held-out material the quality scripts measure on is well formed: every caption sequence's stages
 start at 0 and rise by one at a change, one per caption; every narration's lines are each in exactly one
-class (a step's lines, intro, outro, aside or other; other may lie inside a step's span), its steps in order with the times of their lines.
-A set written by hand can carry a slip that would silently score a method wrong."""
+class (a step's lines, intro, outro, aside or other; other may lie inside a step's span), its steps in order
+with the times of their lines. A set written by hand can carry a slip that would silently score a method
+wrong."""
 
 from __future__ import annotations
 

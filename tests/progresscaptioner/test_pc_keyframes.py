@@ -20,9 +20,8 @@ STAGE_TEXT = ["The bowl is empty on the table.", "Flour has been poured into the
 
 class StageJudge:
     """A stand-in judge LLM: progression when the two captions differ (a window's tag aside), none when they
-    are the same, in the
-    letters of the order it is asked (eval A / B; the swapped prompt, which --debias also asks: B / A).
-    `pairs` holds the captions of each pair once (the paper's order)."""
+    are the same, in the letters of the order it is asked (eval A / B; the swapped prompt, which --debias
+    also asks: B / A). `pairs` holds the captions of each pair once (the paper's order)."""
 
     n_ctx = 2048
 
@@ -37,9 +36,11 @@ class StageJudge:
         swapped = "A. No Action Progression" in messages[-1]["content"]
         if not swapped:
             self.pairs.append(found.groups())
-        first, second = (re.sub(r" \(window \d+\)$", "", text) for text in found.groups())  # the stage's text
-        progressed = first != second
-        return ChatReply(json.dumps({"answer": "A" if progressed != swapped else "B"}), 0, 0, "stop")
+        return ChatReply(json.dumps({"answer": "A" if self.progressed(*found.groups()) != swapped else "B"}),
+                         0, 0, "stop")
+
+    def progressed(self, first: str, second: str) -> bool:
+        return re.sub(r" \(window \d+\)$", "", first) != re.sub(r" \(window \d+\)$", "", second)  # the stage's text
 
 
 def sequence(pairwise: bool = False, frames: list[dict] | None = None) -> dict:
@@ -107,14 +108,12 @@ class LevelJudge(StageJudge):
     """A judge that sees a change only when the water level differs by at least 20 points: it never
     notices the 10 points of one adjacent pair."""
 
-    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
-        found = re.search(r"Image 1: (.*) Image 2: (.*) Choose one", messages[-1]["content"])
-        swapped = "A. No Action Progression" in messages[-1]["content"]
-        if not swapped:
-            self.pairs.append(found.groups())
-        first, second = (int(re.search(r"(\d+)%", text).group(1)) for text in found.groups())
-        progressed = abs(second - first) >= 20
-        return ChatReply(json.dumps({"answer": "A" if progressed != swapped else "B"}), 0, 0, "stop")
+    def progressed(self, first: str, second: str) -> bool:
+        return abs(level(second) - level(first)) >= 20
+
+
+def level(caption: str) -> int:
+    return int(re.search(r"(\d+)%", caption).group(1))
 
 
 def test_the_last_keyframe_as_reference_catches_a_slow_change(judge, monkeypatch):
@@ -130,7 +129,6 @@ def test_the_last_keyframe_as_reference_catches_a_slow_change(judge, monkeypatch
     out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, reference="keyframe"))
     assert [k["index"] for k in out["keyframes"]] == [0, 2, 4]
     # each frame was judged against the last keyframe: 0-1, 0-2, then 2-3, 2-4, then 4-5
-    level = lambda text: int(re.search(r"(\d+)%", text).group(1))  # noqa: E731
     assert [(level(a), level(b)) for a, b in levels.pairs] == [(0, 10), (0, 20), (20, 30), (20, 40), (40, 50)]
     assert out["keyframes_method"]["reference"] == "keyframe"
     with pytest.raises(ValueError, match="--reference must be one of previous, keyframe"):
