@@ -88,7 +88,8 @@ def run_real(args, console: Console) -> dict:
     records = release_records()
     rng = random.Random(args.seed)
     by_source = {s: [r for r in records if r["source"] == s] for s in ("HTC", "COIN")}
-    shown = sorted(rng.sample(by_source["HTC"], args.show // 2) + rng.sample(by_source["COIN"], args.show - args.show // 2),
+    half = args.show // 2
+    shown = sorted(rng.sample(by_source["HTC"], half) + rng.sample(by_source["COIN"], args.show - half),
                    key=lambda r: r["id"])
     results: dict[str, dict[str, dict]] = {}
     for model in args.models:

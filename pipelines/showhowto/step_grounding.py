@@ -71,8 +71,9 @@ def align(similarity: np.ndarray, runs: Sequence[tuple[int, int]], cited: Sequen
     """The run of lines each step is placed on: `similarity[i, r]` is step i's similarity to
     `runs[r]`; steps keep their order (each starts at or after the line the previous one ends
     on). Maximises the sum over steps of similarity + citation prior - TALK_WEIGHT x P(TALK)
-    summed over the run's lines (`talk`, per 1-based line - 1) - SPAN_COST per line past the first. Exact: a DP over steps x runs,
-    with the best previous value kept as a running maximum over where the previous run ends."""
+    summed over the run's lines (`talk`, per 1-based line - 1) - SPAN_COST per line past the first.
+    Exact: a DP over steps x runs, with the best previous value kept as a running maximum over where
+    the previous run ends."""
     import numpy as np
 
     steps, count = similarity.shape

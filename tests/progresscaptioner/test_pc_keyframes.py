@@ -207,8 +207,9 @@ def test_kmeans_keeps_one_frame_per_stage(tmp_path):
 
 @pytest.mark.slow
 def test_the_stage_with_the_real_embedded_judge(tmp_path):
+    captions = [{"frame": t, "text": STAGE_TEXT[s]} for t, s in enumerate([0, 0, 1])]
     three = {"id": "three", "action": "make dough", "frames": [{"time": float(t), "path": "x"} for t in range(3)],
-             "captions": {"model": "t", "items": [{"frame": t, "text": STAGE_TEXT[s]} for t, s in enumerate([0, 0, 1])]}}
+             "captions": {"model": "t", "items": captions}}
     records = [three, {"id": "nothing"}, {**three, "id": "one", "frames": three["frames"][:1],
                                           "captions": {"model": "t", "items": [{"frame": 0, "text": "A bowl."}]}}]
     path = tmp_path / "in.jsonl"
