@@ -2,7 +2,7 @@
 
     python -m vi.evaluation.progresscaptioner.judge_quality [--llm smollm2-135m] [--llm qwen2.5-coder-1.5b]
         [--prompt pseudo] [--prompt eval] [--debias none,calibrated] [--limit N] [--seed 0] [--threads N]
-        [--answers FILE] [--json]
+        [--answers FILE] [--kept-only] [--json]
 
 The 141 sequences shipped with the release (../shared/data/progcaptioner/output/{coin,htc}_valhs_seq.json:
 84 COIN, 57 HowToChange, 3 to 6 frames) carry the model's reply `response0`; each is parsed with
@@ -23,10 +23,11 @@ is the stage's decision (the channel's two hypotheses, both orders, calibrated, 
 
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
-so it may be stopped and taken up again. The seconds per pair count the pairs judged in this run.
-The letters behind the figures of evaluation/progresscaptioner/RESULTS.md are kept in the repository, measured/judge_answers.jsonl
-(ids as `vi frames --framecap` gives them; every letter of both embedded judges with both prompts on
-all 524 pairs): `--answers` that file prints the figures again at once.
+so it may be stopped and taken up again (--kept-only reports what a stopped run covered, judging
+nothing). The seconds per pair count the pairs judged in this run.
+The letters behind the figures of evaluation/progresscaptioner/RESULTS.md are kept in the repository,
+measured/judge_answers.jsonl (ids as `vi frames --framecap` gives them; every letter of both embedded
+judges with both prompts on all 524 pairs): `--answers` that file prints the figures again at once.
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def load_answers(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int
         except (ValueError, KeyError, TypeError, IndexError):
             continue  # a line cut by a kill: that pair is judged again
     return known
+
+
+def kept_pairs(pairs: list[dict], known: dict, judges: list[tuple[str, str]]) -> list[dict]:
+    """The pairs every (llm, prompt key) in `judges` has a kept letter for, in their order."""
+    return [p for p in pairs if all((p["id"], p["frames"][0]) in known.get(judge, {}) for judge in judges)]
 
 
 def redecided(row: dict) -> str:
@@ -182,6 +188,9 @@ def report(sequences: list[dict], pairs: list[dict], letters: dict, seconds: dic
              "frames_missing": sum(len(s["missing"]) for s in sequences),
              "frames": sum(len(s["texts"]) for s in sequences)}
     distribution = {f"{ref} {prompt}": {"counts": {x: Counter(got)[x] for x in "ABC"},
+                                        "by_source": {source: {x: Counter(a for a, q in zip(got, pairs)
+                                                                          if q["source"] == source)[x] for x in "ABC"}
+                                                      for source in sorted({q["source"] for q in pairs})},
                                         "seconds_per_pair": (round(seconds[ref, prompt], 3)
                                                              if seconds[ref, prompt] is not None else None)}
                     for (ref, prompt), got in letters.items()}
@@ -209,11 +218,12 @@ def print_tables(result: dict) -> None:
     print(f"parsed {p['sequences']} replies: {p['clean']} clean, {p['with_repairs']} repaired, "
           f"{p['frames_missing']} of {p['frames']} frames missing; {result['pairs']} adjacent pairs "
           f"{result['pairs_by_source']}", file=sys.stderr)
-    print(f"{'judge, prompt':<48} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}", file=sys.stderr)
+    print(f"{'judge, prompt':<48} {'A':>5} {'B':>5} {'C':>5} {'s/pair':>7}  per source A/B/C", file=sys.stderr)
     for name, row in result["distribution"].items():
         c = row["counts"]
         pace = "-" if row["seconds_per_pair"] is None else f"{row['seconds_per_pair']:.2f}"
-        print(f"{name:<48} {c['A']:>5} {c['B']:>5} {c['C']:>5} {pace:>7}", file=sys.stderr)
+        sources = "  ".join(f"{s} {n['A']}/{n['B']}/{n['C']}" for s, n in row["by_source"].items())
+        print(f"{name:<48} {c['A']:>5} {c['B']:>5} {c['C']:>5} {pace:>7}  {sources}", file=sys.stderr)
     for prompt, rows in result["agreement"].items():
         for name, row in rows.items():
             print(f"{prompt}: {name}: raw agreement {row['raw']}, Cohen's kappa {row['kappa']}", file=sys.stderr)
@@ -234,8 +244,13 @@ def main(argv: list[str] | None = None) -> int:
                         "a rerun with the same file judges only the pairs it lacks")
     parser.add_argument("--debias", default="none", help="vi judge progression's --debias, comma-separated "
                         "(none: the paper's single ask; none,calibrated: both, the second as the stage decides)")
+    parser.add_argument("--kept-only", action="store_true", help="judge nothing: report the pairs that every "
+                        "judge, prompt and --debias asked for already has a letter for in --answers (a long run "
+                        "stopped part way, read as the sample it covered)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     args = parser.parse_args(argv)
+    if args.kept_only and args.answers is None:
+        parser.error("--kept-only reads the letters kept in --answers FILE: name the file")
     if not args.data.is_dir():
         print(f"{args.data} is absent: the release's FrameCapEval outputs live in ../shared", file=sys.stderr)
         return 2
@@ -243,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     sequences = load_sequences(args.data)
     chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
     pairs = adjacent_pairs(chosen)
+    if args.kept_only:
+        judges = [(ref, prompt_key(prompt, debias)) for ref in llms for prompt in prompts
+                  for debias in args.debias.split(",")]
+        pairs = kept_pairs(pairs, load_answers(args.answers), judges)
     letters, seconds, names = {}, {}, []
     for debias in args.debias.split(","):
         got, pace = judge_all(pairs, llms, prompts, args.threads, args.seed, args.answers, debias)
