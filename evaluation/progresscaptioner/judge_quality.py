@@ -38,6 +38,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from itertools import combinations
 from pathlib import Path
 
@@ -181,16 +182,22 @@ def agreement(a: list[str], b: list[str]) -> dict:
             "kappa": round(kappa, 4) if kappa is not None and kappa == kappa else None}
 
 
+def letter_counts(letters: Iterable[str]) -> dict[str, int]:
+    counts = Counter(letters)
+    return {x: counts[x] for x in "ABC"}
+
+
 def report(sequences: list[dict], pairs: list[dict], letters: dict, seconds: dict, llms: list[str],
            prompts: list[str]) -> dict:
     parse = {"sequences": len(sequences), "clean": sum(not s["repairs"] and not s["missing"] for s in sequences),
              "with_repairs": sum(bool(s["repairs"]) for s in sequences),
              "frames_missing": sum(len(s["missing"]) for s in sequences),
              "frames": sum(len(s["texts"]) for s in sequences)}
-    distribution = {f"{ref} {prompt}": {"counts": {x: Counter(got)[x] for x in "ABC"},
-                                        "by_source": {source: {x: Counter(a for a, q in zip(got, pairs)
-                                                                          if q["source"] == source)[x] for x in "ABC"}
-                                                      for source in sorted({q["source"] for q in pairs})},
+    sources = sorted({q["source"] for q in pairs})
+    distribution = {f"{ref} {prompt}": {"counts": letter_counts(got),
+                                        "by_source": {source: letter_counts(a for a, q in zip(got, pairs)
+                                                                            if q["source"] == source)
+                                                      for source in sources},
                                         "seconds_per_pair": (round(seconds[ref, prompt], 3)
                                                              if seconds[ref, prompt] is not None else None)}
                     for (ref, prompt), got in letters.items()}
@@ -258,12 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     sequences = load_sequences(args.data)
     chosen = sequences if args.limit is None else random.Random(args.seed).sample(sequences, args.limit)
     pairs = adjacent_pairs(chosen)
+    debiases = args.debias.split(",")
     if args.kept_only:
-        judges = [(ref, prompt_key(prompt, debias)) for ref in llms for prompt in prompts
-                  for debias in args.debias.split(",")]
+        judges = [(ref, prompt_key(prompt, debias)) for ref in llms for prompt in prompts for debias in debiases]
         pairs = kept_pairs(pairs, load_answers(args.answers), judges)
     letters, seconds, names = {}, {}, []
-    for debias in args.debias.split(","):
+    for debias in debiases:
         got, pace = judge_all(pairs, llms, prompts, args.threads, args.seed, args.answers, debias)
         letters.update(got)
         seconds.update(pace)

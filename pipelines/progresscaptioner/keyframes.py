@@ -232,7 +232,8 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
         if before is None or after is None:
             missing = ref if before is None else t
             raise RecordError("missing_caption", f"record {record['id']}: frame {missing} has no caption in "
-                              f"'{config.captions}'; keyframes compare every frame's caption with the one it is judged against")
+                              f"'{config.captions}'; keyframes compare every frame's caption with the one it is "
+                              "judged against")
         how.add(source)
         if t == 1:
             texts[0] = before
