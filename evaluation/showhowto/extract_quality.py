@@ -32,7 +32,8 @@ from vi.core.models.catalog import DEFAULT_LLM, SMALL_LLM
 from vi.evaluation.showhowto.quality import iou
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "showhowto" / "data" / "extract_steps_transcripts.jsonl"
-PRESSURE_COOKER = Path(__file__).resolve().parents[3] / "shared" / "data" / "showhowto" / "pressure_cooker_transcript.json"
+PRESSURE_COOKER = (Path(__file__).resolve().parents[3] / "shared" / "data" / "showhowto"
+                   / "pressure_cooker_transcript.json")
 # The pressure cooker's lines (0-based segment indices) that state an action: foil rings,
 # potatoes on them, the water, 15 minutes, pop them out, pull it out, cut it open.
 PRESSURE_COOKER_ACTIONS = [(4, 7), (8, 8), (11, 12), (16, 19), (26, 26), (31, 32), (35, 35)]
@@ -185,7 +186,8 @@ def report(llm: str, rows: list[dict], cooker: dict | None) -> str:
                      f"precision {found}/{n_steps} = {found / max(1, n_steps):.2f}")
     lines.append(f"bar met on {sum(meets_bar(r) for r in rows)}/{len(rows)} transcripts")
     if cooker is not None:
-        lines.append(f"pressure cooker: {cooker['steps']} steps{' (' + cooker['error'] + ')' if cooker['error'] else ''}, "
+        error = f" ({cooker['error']})" if cooker["error"] else ""
+        lines.append(f"pressure cooker: {cooker['steps']} steps{error}, "
                      f"ordered {cooker['ordered']}, times in 0-135 s {cooker['in_range']}, "
                      f"{cooker['on_action_lines']}/{cooker['steps']} start on action lines, {cooker['seconds']} s")
         lines += [f"    {s['start']:7.2f} {s['end']:7.2f}  {s['text']}" for s in cooker["items"]]
@@ -279,17 +281,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "by line are printed beside this run's")
     parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
+    parser.add_argument("--no-talk-probe", action="store_true", help="vi extract-steps --no-talk-probe: "
+                        "the label pass alone decides which lines are talk")
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
     args = parser.parse_args(argv)
-    records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path) if args.only in (None, r["truth"]["use"])
-               and (not args.id or r["id"] in args.id)]
+    records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
+               if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
-                                segmentation=args.segmentation)
-        print(report(f"{llm}, --segmentation {args.segmentation}"
+                                segmentation=args.segmentation, talk_probe=not args.no_talk_probe)
+        print(report(f"{llm}, --segmentation {args.segmentation}" + (", --no-talk-probe" if args.no_talk_probe else "")
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:

@@ -59,6 +59,7 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
+from vi.pipelines.showhowto.narration_probe import load_talk_probe, with_probe
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
                                                    drop_talk, fold_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
@@ -142,6 +143,12 @@ class ExtractConfig(LLMConfig):
         "transcript lines by --text-model, the model's citation and the labels as priors. cited: "
         "the lines the model cited, moved at most two lines towards its words (the 1.5B model "
         "cites the line before or after, sometimes further)."))
+    talk_probe: bool = option(True, help=(  # narration_probe.py says why
+        "With --segmentation filtered or labels, a second reading of each line decides whether it "
+        "is talk, beside the label pass: a probe on a sentence embedder (model_configs/"
+        "narration_talk_probe.json), which reads talk about the task (how the result looks, a tip, "
+        "a recap) as talk where the 1.5B model's labels do not. In process only: a server's labels "
+        "are its own. --no-talk-probe: the label pass alone."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -169,10 +176,13 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.grounds_by_text:  # a missing embedder is exit 5 before any record
+        if self.grounds_by_text or self.reads_talk_twice:  # a missing embedder is exit 5 before any record
             from vi.core.models.resolve import resolve
 
-            resolve(self.text_model, "text-embedding")
+            if self.grounds_by_text:
+                resolve(self.text_model, "text-embedding")
+            if self.reads_talk_twice:
+                resolve(load_talk_probe().embedder, "text-embedding")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "extract_steps", self.prompt if self.segmentation != "labels" else None,
@@ -184,6 +194,17 @@ class ExtractConfig(LLMConfig):
     @property
     def grounds_by_text(self) -> bool:
         return self.segmentation == "filtered" and self.grounding == "said"
+
+    @property
+    def reads_talk_twice(self) -> bool:
+        return self.talk_probe and self.segmentation in ("filtered", "labels")
+
+    def talk_log_odds(self, texts: list[str]) -> list[float]:
+        """The talk probe's log-odds that each of `texts` is talk (narration_probe.py)."""
+        from vi.core.models.text_embedding import load_text_embedder
+
+        probe = load_talk_probe()
+        return probe.log_odds(load_text_embedder(probe.embedder, resolve_placement(self.device)).encode(texts))
 
     def embed(self, texts: list[str]):
         """Unit-length sentence embeddings of `texts` (--text-model), loaded once per process."""
@@ -408,10 +429,15 @@ def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[An
     return out
 
 
-def label_chunk(plan: RecordPlan, chunk: Chunk, first: int, labels: dict[int, dict]) -> list[dict]:
-    """The label of each of the chunk's lines (narration_labels.py); those of its core's lines are
-    also added to `labels`, by line number."""
-    shown = label_lines(plan.llm, plan.title, [s.text for s in chunk.segments], plan.record_id)
+def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, labels: dict[int, dict]
+                ) -> list[dict]:
+    """The label of each of the chunk's lines (narration_labels.py), TALK decided again with the
+    talk probe (narration_probe.py) unless --no-talk-probe; those of its core's lines are also
+    added to `labels`, by line number."""
+    texts = [s.text for s in chunk.segments]
+    shown = label_lines(plan.llm, plan.title, texts, plan.record_id)
+    if config.reads_talk_twice and any(m.get("probs") for m in shown):  # a server's labels are left as they are
+        shown = with_probe(shown, config.talk_log_odds(texts), load_talk_probe().llm_weight)
     labels |= {first + i: mark for i, mark in enumerate(shown)
                if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
     return shown
@@ -512,9 +538,11 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         for line, mark in labels.items():
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
-    grounding = {"grounding": config.grounding} if config.segmentation == "filtered" else {}
+    method = {"grounding": config.grounding} if config.segmentation == "filtered" else {}
+    if config.segmentation != "model":  # the second reading of talk, by its embedder (null: the labels alone)
+        method["talk_probe"] = load_talk_probe().embedder if config.reads_talk_twice else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
-                      "model": config.llm, "segmentation": config.segmentation, **grounding,
+                      "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
 
 
@@ -537,7 +565,7 @@ def labelled_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     each; the labels' lines are kept as they are (no snapping)."""
     titles, raw, labels = [], [], {}
     for _, chunk, first, seed in plan.each_chunk(config.seed):
-        shown = label_chunk(plan, chunk, first, labels)
+        shown = label_chunk(plan, config, chunk, first, labels)
         chunk_title, steps = write_labelled_steps(plan, config, chunk, first, shown, seed)
         titles.append(chunk_title)
         raw += steps
@@ -556,7 +584,7 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     verdict = record.get("instructional")  # vi filter-instructional's, or the one screen_record asks
     titles, raw, labels, notes = [], [], {}, []
     for n, chunk, first, seed in plan.each_chunk(config.seed):
-        shown = label_chunk(plan, chunk, first, labels)
+        shown = label_chunk(plan, config, chunk, first, labels)
         if all(m["label"] == "TALK" for m in shown):
             continue  # no step of this chunk could survive the filter: no request
         chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed, shown, notes)
@@ -613,7 +641,7 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, chunks, repairs, line_labels}: each step's first and last transcript line, where "
+           "grounding, talk_probe, chunks, repairs, line_labels}: each step's first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "
