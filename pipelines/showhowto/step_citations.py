@@ -226,7 +226,10 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
                 names: SegmentNames = SegmentNames()) -> list[Any]:
     """The model's steps (dicts citing line numbers) less those that copy the one line they
     cite, a line the label pass calls MORE (it goes on with the step above), right after the step
-    before: that line is folded into the step before.
+    before: that line is folded into the step before. Not into a step whose lines are all TALK: as
+    in step_runs, a MORE line right after talk starts a step (the narrator went back to the task);
+    folded into the talk, a run of copies labelled MORE became one step on the intro's list of
+    what will be done, which the talk filter then kept for its MORE lines.
 
     Only for a model that listed the narration (copies_talk): a copied line is a fine step when
     it states one action, and a model that copied only the action lines of a clean narration
@@ -241,7 +244,10 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
             first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
             end = line_number(previous.get("last_line"))
             text = str(step.get("text") or "")
-            if (first is not None and first == last and end is not None and end in (first - 1, first)
+            start = line_number(previous.get("first_line"))
+            on_talk = start is not None and end is not None and all(
+                labels.get(n) == "TALK" for n in range(min(start, end), max(start, end) + 1))
+            if (first is not None and first == last and end is not None and end in (first - 1, first) and not on_talk
                     and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])):
                 out[out.index(previous)] = {**previous, "last_line": first}
                 notes.append(f"step {text.strip()!r} ({names(first)}) copies a line labelled MORE: folded into "

@@ -389,6 +389,20 @@ def test_a_model_that_lists_every_line_gets_its_copies_folded_by_the_labels(segm
     assert eq.meets_bar(eq.score(record, steps["items"]))
 
 
+def test_a_copy_labelled_more_right_after_talk_starts_a_step_and_is_not_folded_into_the_talk(monkeypatch):
+    """The 1.5B label pass calls most action lines MORE. Line 9 ("Okay, where was I. Pump a bit of
+    air into the tube") comes right after the phone call (TALK): as in step_runs, a MORE there starts
+    a step. Folded into the copied phone call instead, it made one step of the call and the pump,
+    which the talk filter kept for its MORE line."""
+    record = TRANSCRIPTS["bike_tyre"]
+    labels = truth_labels(record)
+    labels[9] = "MORE"
+    use_llm(CopyingLLM(labels), monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m"))["steps"]
+    assert [s["lines"] for s in steps["items"]] == [t["lines"] for t in record["truth"]["steps"]]
+    assert not any("call you back" in s["text"] for s in steps["items"])
+
+
 CLEAN = {"id": "fruit", "title": "Fruit salad", "duration": 36.0, "transcript": {"segments": [
     {"start": 0.5, "end": 3.0, "text": " Hello, today we are making a fruit salad."},
     {"start": 3.5, "end": 6.0, "text": " Rinse the apple under cold water."},
