@@ -281,8 +281,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "by line are printed beside this run's")
     parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
-    parser.add_argument("--no-talk-probe", action="store_true", help="vi extract-steps --no-talk-probe: "
-                        "the label pass alone decides which lines are talk")
+    parser.add_argument("--talk-probe", action="store_true", help="vi extract-steps --talk-probe: "
+                        "the talk probe reads each line beside the label pass")
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
@@ -292,8 +292,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
-                                segmentation=args.segmentation, talk_probe=not args.no_talk_probe)
-        print(report(f"{llm}, --segmentation {args.segmentation}" + (", --no-talk-probe" if args.no_talk_probe else "")
+                                segmentation=args.segmentation, talk_probe=args.talk_probe)
+        print(report(f"{llm}, --segmentation {args.segmentation}" + (", --talk-probe" if args.talk_probe else "")
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:

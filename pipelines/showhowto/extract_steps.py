@@ -143,12 +143,12 @@ class ExtractConfig(LLMConfig):
         "transcript lines by --text-model, the model's citation and the labels as priors. cited: "
         "the lines the model cited, moved at most two lines towards its words (the 1.5B model "
         "cites the line before or after, sometimes further)."))
-    talk_probe: bool = option(True, help=(  # narration_probe.py says why
+    talk_probe: bool = option(False, help=(  # narration_probe.py says why; off: it costs recall on real narration
         "With --segmentation filtered or labels, a second reading of each line decides whether it "
         "is talk, beside the label pass: a probe on a sentence embedder (model_configs/"
         "narration_talk_probe.json), which reads talk about the task (how the result looks, a tip, "
-        "a recap) as talk where the 1.5B model's labels do not. In process only: a server's labels "
-        "are its own. --no-talk-probe: the label pass alone."))
+        "a recap) as talk where the 1.5B model's labels do not. Fewer steps made of talk, more "
+        "true steps lost (evaluation/showhowto/RESULTS.md). In process only: a server's labels are its own."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))

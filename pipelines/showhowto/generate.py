@@ -182,7 +182,8 @@ def generate_batch(records: list[Record], config: GenerateConfig) -> list[dict |
             results[i] = exc
     sampling = Sampling(config.steps, config.guidance, config.eta)
     for group in ready.values():
-        pixels = torch.stack([torch.from_numpy(np.asarray(image, np.float32)).permute(2, 0, 1) for _, image, _ in group])
+        pixels = torch.stack([torch.from_numpy(np.asarray(image, np.float32)).permute(2, 0, 1)
+                              for _, image, _ in group])
         seeds = [record_seed(config.seed, records[i]["id"]) for i, _, _ in group]
         noise = [torch.Generator().manual_seed(s) for s in seeds]
         frames = generate(generator, pixels / (255 / 2) - 1, [p for _, _, p in group], sampling, noise)

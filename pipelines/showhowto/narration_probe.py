@@ -12,6 +12,10 @@ trained on narrations written for tuning (evaluation/showhowto/train_talk_probe.
 and makes the weights again), called 85% and 80% of those blind sets' talk lines talk, keeping
 95% and 96% of their action lines.
 
+It is off by default (`vi extract-steps --talk-probe` turns it on): on narrations written blind
+after it was frozen, and on the real pressure cooker, it dropped more true steps than talk steps
+were worth there (evaluation/showhowto/RESULTS.md, seventh pass).
+
 The probe's weights are data (model_configs/narration_talk_probe.json): the embedder they belong
 to, the weights, and the label pass's own weight in the decision. A line's TALK log-odds are the
 probe's plus `llm_weight` times the label pass's; STEP against MORE stays the label pass's (a

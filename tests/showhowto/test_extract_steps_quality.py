@@ -377,7 +377,8 @@ def test_a_model_that_lists_every_line_gets_its_copies_folded_by_the_labels(segm
         assert len(llm.requests) == 1 and cited == list(range(20))
         assert not eq.meets_bar(eq.score(record, steps["items"]))
         return
-    assert len(llm.requests) == 2 and llm.screened == 1  # the labels, the model's copy, the filter asked: nothing rewritten
+    # the labels, the model's copy, the filter asked: nothing rewritten
+    assert len(llm.requests) == 2 and llm.screened == 1
     truth = record["truth"]["steps"]
     assert [(s["start"], s["end"], s["lines"]) for s in steps["items"]] == [
         (t["start"], t["end"], t["lines"]) for t in truth]
