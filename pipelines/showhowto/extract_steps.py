@@ -17,6 +17,8 @@ Which lines make a step (`segmentation`):
   labelled run (a STEP line and the MORE lines after it) that no step of the model's is on is
   written as a step too, from what was said there (one more request, only where there is one);
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
+  With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
+  too (narration_probe.py): fewer steps made of talk, more true steps lost.
   A step that copies its one line is a fine step (a clean narration says one step per sentence).
   Only where the model listed the narration, talk and all (most of its steps copies, one of
   them a line labelled TALK), its citations say nothing about where a step ends: then a copied
@@ -431,9 +433,9 @@ def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[An
 
 def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, labels: dict[int, dict]
                 ) -> list[dict]:
-    """The label of each of the chunk's lines (narration_labels.py), TALK decided again with the
-    talk probe (narration_probe.py) unless --no-talk-probe; those of its core's lines are also
-    added to `labels`, by line number."""
+    """The label of each of the chunk's lines (narration_labels.py), TALK decided again by the
+    talk probe (narration_probe.py) with --talk-probe; those of its core's lines are also added to
+    `labels`, by line number."""
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id)
     if config.reads_talk_twice and any(m.get("probs") for m in shown):  # a server's labels are left as they are
