@@ -113,10 +113,18 @@ def train() -> dict:
             "bias": round(bias, 6), "weights": [round(float(w), 6) for w in weights]}
 
 
+def differences(packaged: dict, again: dict) -> tuple[float, bool]:
+    """The largest difference between two probe files' weights and biases, and whether the rest is the same."""
+    drift = max(abs(a - b) for a, b in zip([*packaged["weights"], packaged["bias"]],
+                                           [*again["weights"], again["bias"]]))
+    rest = [{k: v for k, v in probe.items() if k not in ("weights", "bias")} for probe in (packaged, again)]
+    return drift, rest[0] == rest[1]
+
+
 def measure(probe: dict, paths: Sequence[Path]) -> list[str]:
     from vi.pipelines.showhowto.narration_probe import TalkProbe
 
-    model = TalkProbe(probe["embedder"], tuple(probe["weights"]), probe["bias"], probe["llm_weight"])
+    model = TalkProbe.from_file_contents(probe)
     out = []
     for path in paths:
         texts, talk = labelled_lines([path])
@@ -142,11 +150,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = ROOT / "pipelines" / "showhowto" / "model_configs" / PROBE_FILE
     probe = train()
     if args.check:
-        packaged = json.loads(target.read_text(encoding="utf-8"))
-        drift = max(abs(a - b) for a, b in zip([*packaged["weights"], packaged["bias"]],
-                                               [*probe["weights"], probe["bias"]]))
-        same = {k: v for k, v in packaged.items() if k not in ("weights", "bias")} == \
-               {k: v for k, v in probe.items() if k not in ("weights", "bias")}
+        drift, same = differences(json.loads(target.read_text(encoding="utf-8")), probe)
         print(f"packaged probe vs retrain: largest weight difference {drift:.2e}, metadata "
               f"{'the same' if same else 'differs'}")
         sys.exit(0 if same and drift < 1e-4 else 1)

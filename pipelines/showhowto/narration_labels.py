@@ -103,10 +103,14 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
-        best = max(range(len(LABELS)), key=probs.__getitem__)  # the first of equals, as numpy's argmax
-        out.append({"label": LABELS[best], "p": round(probs[best], 3),
-                    "probs": [round(x, 3) for x in probs], **mark})
+        out.append(labelled(probs) | mark)
     return out
+
+
+def labelled(probs: Sequence[float]) -> dict[str, Any]:
+    """A line's mark from its P(STEP, MORE, TALK): the likeliest label, its probability, all three."""
+    best = max(range(len(LABELS)), key=probs.__getitem__)  # the first of equals, as numpy's argmax
+    return {"label": LABELS[best], "p": round(probs[best], 3), "probs": [round(x, 3) for x in probs]}
 
 
 # Three labels' scores are added up in plain Python: numpy's import (a third of a --help's start) would be paid by
@@ -124,8 +128,12 @@ def both_readings(in_window: Sequence[float], alone: Sequence[float]) -> list[fl
     independent ones), then STEP against MORE as the window reads them (alone, no step is above)."""
     talk_window, talk_alone = float(in_window[-1]), float(alone[-1])
     yes, no = talk_window * talk_alone, (1.0 - talk_window) * (1.0 - talk_alone)
-    talk = yes / (yes + no) if yes + no > 0 else talk_window
-    step, more = float(in_window[0]), float(in_window[1])
+    return with_talk(in_window, yes / (yes + no) if yes + no > 0 else talk_window)
+
+
+def with_talk(probs: Sequence[float], talk: float) -> list[float]:
+    """P(STEP, MORE, TALK) with P(TALK) = `talk`, STEP against MORE shared as in `probs`."""
+    step, more = float(probs[0]), float(probs[1])
     share = step / (step + more) if step + more > 0 else 0.5
     return [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
 

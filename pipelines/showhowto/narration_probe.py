@@ -53,12 +53,17 @@ class TalkProbe:
         return [float(x) for x in vectors @ np.asarray(self.weights, dtype=np.float32) + self.bias]
 
 
+    @classmethod
+    def from_file_contents(cls, data: dict[str, Any]) -> TalkProbe:
+        """The probe a narration_talk_probe.json holds (train_talk_probe.py writes them)."""
+        return cls(data["embedder"], tuple(data["weights"]), float(data["bias"]), float(data["llm_weight"]))
+
+
 @cache
 def load_talk_probe() -> TalkProbe:
     """The packaged probe (model_configs/narration_talk_probe.json)."""
-    data = json.loads(resources.files("vi.pipelines.showhowto").joinpath("model_configs", PROBE_FILE)
-                      .read_text(encoding="utf-8"))
-    return TalkProbe(data["embedder"], tuple(data["weights"]), float(data["bias"]), float(data["llm_weight"]))
+    return TalkProbe.from_file_contents(json.loads(resources.files("vi.pipelines.showhowto").joinpath(
+        "model_configs", PROBE_FILE).read_text(encoding="utf-8")))
 
 
 def log_odds(p: float, floor: float = 1e-6) -> float:
@@ -72,7 +77,7 @@ def with_probe(marks: Sequence[dict[str, Any]], probe_log_odds: Sequence[float],
     (`probe_log_odds`) plus `llm_weight` times the label pass's; STEP against MORE keep the label
     pass's share. A mark without probabilities (a server's label) is left as it is: there is no
     confidence of the model's to weigh. Each changed mark keeps the probe's P(TALK) as `probe`."""
-    from vi.pipelines.showhowto.narration_labels import LABELS
+    from vi.pipelines.showhowto.narration_labels import labelled, with_talk
 
     out = []
     for mark, probe in zip(marks, probe_log_odds, strict=True):
@@ -80,12 +85,8 @@ def with_probe(marks: Sequence[dict[str, Any]], probe_log_odds: Sequence[float],
         if not probs:
             out.append(dict(mark))
             continue
-        step, more, talk = (float(x) for x in probs)
-        z = probe + llm_weight * log_odds(talk)
+        z = probe + llm_weight * log_odds(float(probs[-1]))
         talk = 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
-        share = step / (step + more) if step + more > 0 else 0.5
-        new = [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
-        best = max(range(len(LABELS)), key=new.__getitem__)
-        out.append({**mark, "label": LABELS[best], "p": round(new[best], 3), "probs": [round(x, 3) for x in new],
+        out.append({**mark, **labelled(with_talk(probs, talk)),
                     "probe": round(1.0 / (1.0 + math.exp(-probe)) if probe > -700 else 0.0, 3)})
     return out
