@@ -281,19 +281,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "by line are printed beside this run's")
     parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
-    parser.add_argument("--talk-probe", action="store_true", help="vi extract-steps --talk-probe: "
-                        "the talk probe reads each line beside the label pass")
+    for kind, what in (("talk", "whether it is talk"), ("start", "whether it starts a step")):
+        parser.add_argument(f"--{kind}-probe", action=argparse.BooleanOptionalAction, help=(
+            f"vi extract-steps --{kind}-probe / --no-{kind}-probe: the {kind} probe reads each line for {what} "
+            "beside the label pass (default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
     args = parser.parse_args(argv)
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
+    probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe))
+              if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
-                                segmentation=args.segmentation, talk_probe=args.talk_probe)
-        print(report(f"{llm}, --segmentation {args.segmentation}" + (", --talk-probe" if args.talk_probe else "")
+                                segmentation=args.segmentation, **probes)
+        print(report(f"{llm}, --segmentation {args.segmentation}" + "".join(
+                         f", --{'' if on else 'no-'}{kind.replace('_', '-')}" for kind, on in probes.items())
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:

@@ -18,7 +18,8 @@ Which lines make a step (`segmentation`):
   written as a step too, from what was said there (one more request, only where there is one);
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
   With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
-  too (narration_probe.py): fewer steps made of talk, more true steps lost.
+  too (narration_probe.py): fewer steps made of talk, more true steps lost. With `start_probe`,
+  another reads whether a line starts a step or goes on with the one above: fewer steps merge.
   A step that copies its one line is a fine step (a clean narration says one step per sentence).
   Only where the model listed the narration, talk and all (most of its steps copies, one of
   them a line labelled TALK), its citations say nothing about where a step ends: then a copied
@@ -61,7 +62,7 @@ from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
-from vi.pipelines.showhowto.narration_probe import load_talk_probe, with_probe
+from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
                                                    drop_talk, fold_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
@@ -151,6 +152,12 @@ class ExtractConfig(LLMConfig):
         "narration_talk_probe.json), which reads talk about the task (how the result looks, a tip, "
         "a recap) as talk where the 1.5B model's labels do not. Fewer steps made of talk, more "
         "true steps lost (evaluation/showhowto/RESULTS.md). In process only: a server's labels are its own."))
+    start_probe: bool = option(False, help=(  # narration_probe.py says why
+        "With --segmentation filtered or labels, a second reading of each line decides whether it "
+        "starts a step or goes on with the one above, beside the label pass: a probe on a sentence "
+        "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
+        "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
+        "In process only: a server's labels are its own."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -178,13 +185,13 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.grounds_by_text or self.reads_talk_twice:  # a missing embedder is exit 5 before any record
+        if self.grounds_by_text or self.line_probes:  # a missing embedder is exit 5 before any record
             from vi.core.models.resolve import resolve
 
             if self.grounds_by_text:
                 resolve(self.text_model, "text-embedding")
-            if self.reads_talk_twice:
-                resolve(load_talk_probe().embedder, "text-embedding")
+            for kind in self.line_probes:
+                resolve(load_line_probe(kind).embedder, "text-embedding")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "extract_steps", self.prompt if self.segmentation != "labels" else None,
@@ -198,14 +205,17 @@ class ExtractConfig(LLMConfig):
         return self.segmentation == "filtered" and self.grounding == "said"
 
     @property
-    def reads_talk_twice(self) -> bool:
-        return self.talk_probe and self.segmentation in ("filtered", "labels")
+    def line_probes(self) -> tuple[str, ...]:
+        """The line probes (narration_probe.py) that read each line again, beside the label pass."""
+        if self.segmentation not in ("filtered", "labels"):
+            return ()
+        return tuple(kind for kind, on in (("talk", self.talk_probe), ("start", self.start_probe)) if on)
 
-    def talk_log_odds(self, texts: list[str]) -> list[float]:
-        """The talk probe's log-odds that each of `texts` is talk (narration_probe.py)."""
+    def probe_log_odds(self, kind: str, texts: list[str]) -> list[float]:
+        """The `kind` line probe's log-odds for each of `texts` (narration_probe.py)."""
         from vi.core.models.text_embedding import load_text_embedder
 
-        probe = load_talk_probe()
+        probe = load_line_probe(kind)
         return probe.log_odds(load_text_embedder(probe.embedder, resolve_placement(self.device)).encode(texts))
 
     def embed(self, texts: list[str]):
@@ -433,13 +443,14 @@ def ground_chunk(config: ExtractConfig, chunk: Chunk, first: int, steps: list[An
 
 def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, labels: dict[int, dict]
                 ) -> list[dict]:
-    """The label of each of the chunk's lines (narration_labels.py), TALK decided again by the
-    talk probe (narration_probe.py) with --talk-probe; those of its core's lines are also added to
+    """The label of each of the chunk's lines (narration_labels.py), decided again by the line probes
+    (narration_probe.py) that are on; those of its core's lines are also added to
     `labels`, by line number."""
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id)
-    if config.reads_talk_twice and any(m.get("probs") for m in shown):  # a server's labels are left as they are
-        shown = with_probe(shown, config.talk_log_odds(texts), load_talk_probe().llm_weight)
+    if config.line_probes and any(m.get("probs") for m in shown):  # a server's labels are left as they are
+        shown = with_probes(shown, **{kind: (config.probe_log_odds(kind, texts), load_line_probe(kind).llm_weight)
+                                      for kind in config.line_probes})
     labels |= {first + i: mark for i, mark in enumerate(shown)
                if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
     return shown
@@ -541,8 +552,9 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
     method = {"grounding": config.grounding} if config.segmentation == "filtered" else {}
-    if config.segmentation != "model":  # the second reading of talk, by its embedder (null: the labels alone)
-        method["talk_probe"] = load_talk_probe().embedder if config.reads_talk_twice else None
+    if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
+        method |= {f"{kind}_probe": load_line_probe(kind).embedder if kind in config.line_probes else None
+                   for kind in ("talk", "start")}
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
@@ -643,7 +655,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, talk_probe, chunks, repairs, line_labels}: each step's first and last transcript line, where "
+           "grounding, talk_probe, start_probe, chunks, repairs, line_labels}: each step's first and last "
+           "transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "

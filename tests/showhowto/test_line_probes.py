@@ -1,0 +1,156 @@
+"""vi extract-steps' second readings of each line (pipelines/showhowto/narration_probe.py): the talk
+probe's log-odds decide TALK beside the label pass's, the start probe's STEP against MORE; the packaged
+weights are those their training files give; the real probes tell talk from actions, and a step's first
+line from its continuation, in sentences written here; and in the stage a step written from talk the
+label pass called a step is dropped only with the talk probe, a new action the label pass called MORE
+starts its own step only with the start probe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vi.evaluation.showhowto import train_line_probes
+from vi.pipelines.showhowto import extract_steps as es
+from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
+from tests.showhowto.grounding_fakes import words_embedder
+from tests.showhowto.test_extract_steps_quality import TRANSCRIPTS, CopyingLLM, truth_labels, use_llm
+
+
+def mark(step: float, more: float, talk: float) -> dict:
+    probs = [step, more, talk]
+    label = ("STEP", "MORE", "TALK")[probs.index(max(probs))]
+    return {"label": label, "p": max(probs), "probs": probs}
+
+
+def test_a_label_pass_that_leans_away_from_talk_is_corrected_by_the_probe():
+    leaning = [mark(0.6, 0.2, 0.2), mark(0.2, 0.6, 0.2), mark(0.7, 0.2, 0.1)]  # never TALK
+    probe = [4.0, 4.0, -4.0]  # the first two lines are talk to the probe
+    out = with_probes(leaning, talk=(probe, 0.0))
+    assert [m["label"] for m in out] == ["TALK", "TALK", "STEP"]
+    assert out[0]["probe"] == pytest.approx(0.982, abs=1e-3)
+    # STEP against MORE is still the label pass's: the third line keeps its 7:2 share
+    assert out[2]["probs"][0] / out[2]["probs"][1] == pytest.approx(3.5, rel=0.02)
+    # with the label pass weighed in, a sure label outvotes a weak probe
+    sure = with_probes([mark(0.001, 0.001, 0.998)], talk=([-1.0], 1.0))
+    assert sure[0]["label"] == "TALK"
+
+
+def test_a_servers_labels_are_left_as_they_are():
+    server = [{"label": "STEP"}, {"label": "TALK"}]
+    assert with_probes(server, talk=([5.0, -5.0], 0.0), start=([5.0, -5.0], 0.0)) == server
+
+
+def test_a_label_pass_that_calls_a_new_action_more_is_corrected_by_the_start_probe():
+    leaning = [mark(0.5, 0.3, 0.2), mark(0.2, 0.7, 0.1), mark(0.1, 0.3, 0.6)]  # the second line starts a step
+    out = with_probes(leaning, start=([-3.0, 3.0, 3.0], 0.1))
+    assert [m["label"] for m in out] == ["MORE", "STEP", "TALK"]  # the talk line stays talk
+    assert [m["probs"][2] for m in out] == [0.2, 0.1, 0.6]  # P(TALK) is the label pass's
+    assert out[1]["start"] == pytest.approx(0.953, abs=1e-3)
+    both = with_probes(leaning, talk=([-4.0, -4.0, -4.0], 0.0), start=([-3.0, 3.0, 3.0], 0.1))
+    assert [m["label"] for m in both] == ["MORE", "STEP", "STEP"]  # the talk probe first, then the start
+
+
+@pytest.mark.parametrize("kind", ["talk", "start"])
+def test_the_packaged_probes_are_what_their_training_files_give(kind):
+    packaged = json.loads((train_line_probes.ROOT / "pipelines" / "showhowto" / "model_configs"
+                           / f"narration_{kind}_probe.json").read_text())
+    drift, same = train_line_probes.differences(packaged, train_line_probes.train(kind))
+    assert same and drift < 1e-4
+    # never the sets that choose the probes' settings (1-4) or measure the stage (7 on)
+    measured = set(train_line_probes.MEASURE_FILES) - {train_line_probes.HELD_OUT.format(s) for s in ("_5", "_6")}
+    assert not measured & {f["file"] for f in packaged["trained_on"]}
+
+
+def test_the_probe_reads_talk_about_the_task_as_talk():
+    """Sentences written for this test, in no training file: talk that shares the task's words
+    against the actions of the same tasks."""
+    from vi.core.devices import resolve_placement
+    from vi.core.models.text_embedding import load_text_embedder
+
+    talk = ["Thanks so much for watching, I'll see you in the next one.",
+            "Honestly this sauce keeps in the fridge for about a week.",
+            "Look how shiny that tap is now, like brand new.",
+            "A lot of people rush this part and regret it."]
+    actions = ["Now tighten the two bolts with a ten millimetre wrench.",
+               "Pour the batter into the greased loaf tin.",
+               "Then wipe the tap down with the vinegar cloth.",
+               "Slide the new filter in with the arrow pointing up."]
+    probe = load_line_probe("talk")
+    scores = probe.log_odds(load_text_embedder(probe.embedder, resolve_placement("cpu")).encode(talk + actions))
+    assert all(s > 0 for s in scores[:4]) and all(s < 0 for s in scores[4:]), scores
+
+
+def test_the_start_probe_reads_a_new_action_as_a_start_and_its_continuation_as_not():
+    """Sentences written for this test, in no training file: each pair an action and how a narrator
+    goes on with it."""
+    from vi.core.devices import resolve_placement
+    from vi.core.models.text_embedding import load_text_embedder
+
+    starts = ["Okay now take the old gasket off the lid.",
+              "Next, whisk the eggs and the sugar together.",
+              "Alright, unscrew the two screws holding the cover."]
+    later = ["and give it a good minute till it's smooth.",
+             "that's about two cups, maybe a little more.",
+             "and then just set those aside somewhere safe."]
+    probe = load_line_probe("start")
+    scores = probe.log_odds(load_text_embedder(probe.embedder, resolve_placement("cpu")).encode(starts + later))
+    assert all(s > 0 for s in scores[:3]) and all(s < 0 for s in scores[3:]), scores
+
+
+def fake_marks(labels: list[str]) -> list[dict]:
+    """A label pass in process, sure of `labels`."""
+    return [mark(0.1, 0.1, 0.8) if label == "TALK" else mark(0.8, 0.1, 0.1) if label == "STEP" else mark(0.1, 0.8, 0.1)
+            for label in labels]
+
+
+@pytest.mark.parametrize("talk_probe", [True, False])
+def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_probe(talk_probe, monkeypatch):
+    """bike_tyre's line 13 ("These patch kits cost like three dollars") is talk about the task; the
+    label pass, as the 1.5B model does, calls it MORE (P(TALK) 0.3), and the model wrote a step from
+    it. With the probe (a stand-in sure of the truth) the line is TALK and the step is dropped."""
+    record = TRANSCRIPTS["bike_tyre"]
+    truth = truth_labels(record)
+    steps = [{"first_line": s["lines"][0] + 1, "last_line": s["lines"][1] + 1, "text": f"Step {k}."}
+             for k, s in enumerate(record["truth"]["steps"], 1)]
+    steps.insert(4, {"first_line": 14, "last_line": 14, "text": "Buy a three-dollar patch kit."})
+    llm = CopyingLLM(truth, steps_for=lambda lines: steps)
+    use_llm(llm, monkeypatch)
+    marks = fake_marks(truth)
+    marks[13] = mark(0.2, 0.5, 0.3)
+    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
+    monkeypatch.setattr(es.ExtractConfig, "probe_log_odds",
+                        lambda self, kind, texts: [3.0 if label == "TALK" else -3.0 for label in truth])
+    monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
+    out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", talk_probe=talk_probe))["steps"]
+    texts = [s["text"] for s in out["items"]]
+    assert ("Buy a three-dollar patch kit." in texts) is not talk_probe
+    assert out["line_labels"][13] == ("TALK" if talk_probe else "MORE")
+    assert out["talk_probe"] == ("minilm-l6" if talk_probe else None) and out["start_probe"] is None
+    assert texts.count("Step 1.") == 1 and len(texts) == 6 + (not talk_probe)
+
+
+@pytest.mark.parametrize("start_probe", [True, False])
+def test_a_new_action_the_labels_call_more_starts_its_own_step_with_the_start_probe(start_probe, monkeypatch):
+    """The model lists every line (the copy the 1.5B model makes of messy narration), so each copied
+    line the labels call MORE is folded into the step before. bike_tyre's line 5 ("Let out whatever
+    air is left...") starts a step, but the label pass, as the 1.5B model does with new actions, calls
+    it MORE: without the start probe the tyre lever step is folded into taking the wheel off; with it
+    (a stand-in sure of the truth) the line is STEP and the six true steps come out on their lines."""
+    record = TRANSCRIPTS["bike_tyre"]
+    truth = truth_labels(record)
+    use_llm(CopyingLLM(truth), monkeypatch)
+    marks = fake_marks(truth)
+    marks[5] = mark(0.3, 0.6, 0.1)
+    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
+    monkeypatch.setattr(es.ExtractConfig, "probe_log_odds",
+                        lambda self, kind, texts: [3.0 if label == "STEP" else -3.0 for label in truth])
+    out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", start_probe=start_probe))["steps"]
+    lines = [s["lines"] for s in out["items"]]
+    true_lines = [t["lines"] for t in record["truth"]["steps"]]
+    if start_probe:
+        assert lines == true_lines and out["line_labels"][5] == "STEP"
+    else:
+        assert lines == [[3, 6], *true_lines[2:]] and out["line_labels"][5] == "MORE"
+    assert out["start_probe"] == ("minilm-l6" if start_probe else None) and out["talk_probe"] is None
