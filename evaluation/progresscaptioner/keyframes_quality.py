@@ -4,7 +4,7 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,channel] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias channel,orders]
-        [--split measure3|measure2|measure|tune]
+        [--split measure4|measure3|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -27,8 +27,9 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure3 (the default; fourteen sequences) and measure2 (twelve), each written blind to the
-judge by a separate writer before any run on it; measure (ten) and tune (eight), written in this project beside
+images). --split: measure4 (the default; fourteen sequences), measure3 (fourteen) and measure2 (twelve), each
+written blind to the judge by a separate writer before any run on it (measure2 and measure3 are spent: the
+change probe of --debias probe is trained on them); measure (ten) and tune (eight), written in this project beside
 the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
 read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
@@ -234,7 +235,7 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure3", "measure2", "measure", "tune")
+SPLITS = ("measure4", "measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 
@@ -261,7 +262,7 @@ def run_captions(args, console: Console) -> dict:
     records, stages = heldout_records(args.split)
     rows = judged_rows(records, stages, args)
     rows["all frames"] = scored([list(range(len(plan))) for plan in stages], stages, args)
-    what = "measure only" if args.split == "measure3" else f"the {args.split} split"
+    what = "measure only" if args.split == SPLITS[0] else f"the {args.split} split"
     print_rows(rows, f"Keyframes vs the true stages: {len(records)} hand-written caption sequences ({what}), "
                      f"{sum(len(p) for p in stages)} frames, {sum(p[-1] + 1 for p in stages)} stages", console)
     return {"sequences": len(records), "rows": rows}
@@ -274,7 +275,7 @@ def main() -> None:
     parser.add_argument("--debias", default="none,channel", help="the judges' --debias, comma-separated "
                         "(none,channel: the paper's single ask beside the default)")
     parser.add_argument("--reference", default="previous", help="vi keyframes --reference, comma-separated")
-    parser.add_argument("--split", choices=SPLITS, default="measure3", help="captions: which set")
+    parser.add_argument("--split", choices=SPLITS, default=SPLITS[0], help="captions: which set")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")

@@ -10,8 +10,8 @@ a tune set written for this (evaluation/showhowto/tune/) and, for the start prob
 spent as blind sets by the talk probe's measurement before the start probe was made. The other held-out
 narration sets (sets 1-4 choose L2 and the label pass's weight; set 7 and later measure the stage) and the
 real pressure cooker are never trained on. Classes are weighted to count equally (the probe's log-odds
-carry no prior), L2 on the weights (not the bias), fitted exactly by Newton's method: the same files give
-the same weights.
+carry no prior), L2 on the weights (not the bias), fitted exactly by Newton's method
+(core/models/linear_probe.py): the same files give the same weights.
 
 Without --write it prints, per measured file, the probe's AUC and, at log-odds > 0, the share of each
 class called as the truth has it; --write stores the weights in the package; --check fails (exit 1) if
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
+from vi.core.models.linear_probe import auc, file_differences, fit_logistic
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD_OUT = "evaluation/showhowto/heldout/extract_transcripts{}.jsonl"
@@ -97,31 +98,6 @@ def labelled_lines(spec: ProbeSpec, paths: Sequence[Path]) -> tuple[list[str], l
     return [t for t, _ in pairs], [y for _, y in pairs]
 
 
-def fit(vectors, classes, l2: float, steps: int = 30):
-    """Weights and bias of an L2-regularised logistic regression, classes weighted equally, by Newton."""
-    import numpy as np
-
-    x = np.hstack([np.asarray(vectors, dtype=np.float64), np.ones((len(vectors), 1))])
-    y = np.asarray(classes, dtype=np.float64)
-    sample = np.where(y == 1, 0.5 / y.mean(), 0.5 / (1 - y.mean()))
-    ridge = l2 * np.diag(np.r_[np.ones(x.shape[1] - 1), 0.0])
-    w = np.zeros(x.shape[1])
-    for _ in range(steps):
-        p = 1.0 / (1.0 + np.exp(-x @ w))
-        gradient = x.T @ (sample * (p - y)) + ridge @ w
-        hessian = (x * (sample * p * (1 - p))[:, None]).T @ x + ridge
-        w -= np.linalg.solve(hessian, gradient)
-    return w[:-1], float(w[-1])
-
-
-def auc(scores: Sequence[float], classes: Sequence[int]) -> float:
-    """P(a line of class 1 scores above a line of class 0), ties counted half."""
-    pos = [s for s, y in zip(scores, classes) if y]
-    neg = [s for s, y in zip(scores, classes) if not y]
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
-
-
 def embedder():
     from vi.core.devices import resolve_placement
     from vi.core.models.text_embedding import load_text_embedder
@@ -133,7 +109,7 @@ def train(kind: str) -> dict:
     """The `kind` probe's file contents, from its training files."""
     spec = PROBES[kind]
     texts, classes = labelled_lines(spec, [ROOT / f for f in spec.train_files])
-    weights, bias = fit(embedder().encode(texts), classes, spec.l2)
+    weights, bias = fit_logistic(embedder().encode(texts), classes, spec.l2)
     one, zero = spec.names
     return {"about": f"vi extract-steps' {kind} probe: a logistic regression on the sentence embedder's vector "
                      f"of one narration line; log-odds of {one} against {zero} (classes weighted equally). Made by "
@@ -145,14 +121,6 @@ def train(kind: str) -> dict:
                            for f in spec.train_files
                            for lines in [[p for r in how_to_records(ROOT / f) for p in spec.classes(r)]]],
             "bias": round(bias, 6), "weights": [round(float(w), 6) for w in weights]}
-
-
-def differences(packaged: dict, again: dict) -> tuple[float, bool]:
-    """The largest difference between two probe files' weights and biases, and whether the rest is the same."""
-    drift = max(abs(a - b) for a, b in zip([*packaged["weights"], packaged["bias"]],
-                                           [*again["weights"], again["bias"]]))
-    rest = [{k: v for k, v in probe.items() if k not in ("weights", "bias")} for probe in (packaged, again)]
-    return drift, rest[0] == rest[1]
 
 
 def measure(kind: str, probe: dict, paths: Sequence[Path]) -> list[str]:
@@ -190,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         target = ROOT / "pipelines" / "showhowto" / "model_configs" / PROBE_FILES[kind]
         probe = train(kind)
         if args.check:
-            drift, same = differences(json.loads(target.read_text(encoding="utf-8")), probe)
+            drift, same = file_differences(json.loads(target.read_text(encoding="utf-8")), probe)
             print(f"packaged {kind} probe vs retrain: largest weight difference {drift:.2e}, metadata "
                   f"{'the same' if same else 'differs'}")
             stale |= not same or drift >= 1e-4

@@ -61,7 +61,10 @@ import functools
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -170,7 +173,13 @@ def majority(letters: list[str]) -> str | None:
 # - a sentence embedder (minilm-l6): two captions of one state, reworded, are near each other whatever an
 #   LLM prefers; captions this alike are the same state, and it decides the pairs the orders leave open.
 
-DEBIAS = ("channel", "orders", "calibrated", "none")
+# - a change probe (--debias probe): no LLM decides; a logistic regression on the difference of the embedder's
+#   vectors of the two captions (the second's minus the first's), trained on the caption pairs written for
+#   measuring that have been spent (evaluation/progresscaptioner/train_progression_probe.py), reads whether an
+#   object's state changed. A similarity says how alike two captions are, not whether the state changed;
+#   the direction they differ in does. The paper's letter is kept.
+
+DEBIAS = ("channel", "probe", "orders", "calibrated", "none")
 DEFAULT_DEBIAS = "channel"  # vi judge progression's and vi keyframes' --debias
 # --debias channel's two hypotheses per prompt, each in two wordings (ours, and the paper's prompt's own
 # words for its options): the second caption's likelihood after each is summed over the wordings and compared
@@ -183,9 +192,27 @@ CHANNEL_NEEDS = {"pseudo": ("desc1",), "eval": ("action", "desc1")}
 CHANNEL_MARGIN = 0.0  # nats: the second caption likelier after "later" than after "same" is a change
 ORDERS = ("paper", "swapped")
 CONTENT_FREE = "N/A"
-SAME_STATE = 0.75  # --same-state: on the tune pairs, changes were below 0.73 and rewordings the LLM called a change above 0.78
+# --same-state: on the tune pairs, changes were below 0.73 and rewordings the LLM called a change above 0.78
+SAME_STATE = 0.75
 REPLY_PREFIX = '{"answer": "'  # how the constrained reply starts; the letter is scored after it
 CHANGE_BY_ORDER = {"paper": CHANGE, "swapped": {"pseudo": {"A": True, "B": False}, "eval": {"A": False, "B": True}}}
+PROBE_FILE = "progression_probe.json"  # --debias probe's weights (model_configs/)
+ONE_ORDER = ("none", "probe")  # the debias methods that ask the paper's prompt only
+
+
+@cache
+def load_change_probe():
+    """--debias probe's packaged probe (model_configs/progression_probe.json)."""
+    from vi.core.models.linear_probe import LinearProbe
+
+    return LinearProbe.from_file_contents(json.loads(resources.files("vi.pipelines.progresscaptioner").joinpath(
+        "model_configs", PROBE_FILE).read_text(encoding="utf-8")))
+
+
+def caption_differences(embedder, pairs: Sequence[tuple[str, str]]):
+    """The second caption's unit vector minus the first's, one row per pair (what the change probe reads)."""
+    vectors = embedder.encode([one_line(text) for pair in pairs for text in pair])
+    return vectors[1::2] - vectors[0::2]
 
 
 def paper_letter(change: bool | None, prompt: str) -> str:
@@ -247,6 +274,12 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
         return {"change": change, "letter": paper_letter(change, prompt), "method": "channel",
                 "decision": f"the second caption's log-likelihood as a later moment minus as the same one: "
                             f"{score:+.2f} nats: {'change' if change else 'no change'}"}
+    if method == "probe":
+        score = evidence["probe"]
+        change = score > 0
+        return {"change": change, "letter": paper_letter(change, prompt), "method": "probe",
+                "decision": f"the change probe's log-odds on the captions' difference: {score:+.2f}: "
+                            f"{'change' if change else 'no change'}"}
     if method == "none":
         change = letter_to_change(evidence["letters"]["paper"], prompt)
         return {"change": change, "letter": paper_letter(change, prompt), "method": "none",
@@ -291,7 +324,7 @@ class PairJudge:
             raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
         self.templates = dict(self.templates or {})
         self.templates.setdefault("paper", packaged_prompt(self.prompt))
-        if self.debias != "none":
+        if self.debias not in ONE_ORDER:
             self.templates.setdefault("swapped", load_prompt(SWAPPED_PROMPTS[self.prompt], None,
                                                              needs=NEEDS[self.prompt]))
         if self.debias == "channel":
@@ -342,6 +375,11 @@ class PairJudge:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
             return {"method": "none", "letters": {"paper": letter}}
+        if self.debias == "probe":
+            letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
+                                template=self.templates["paper"], where=where)
+            (score,) = load_change_probe().log_odds(caption_differences(self.embedder, [(desc1, desc2)]))
+            return {"method": "probe", "letters": {"paper": letter}, "probe": round(score, 4)}
         if self.scores_captions:
             return self.channel_evidence(desc1, desc2, action=action, seed=seed, where=where)
         if not self.scores_letters:
@@ -398,8 +436,9 @@ def gives_likelihoods(llm: ChatBackend) -> bool:
 
 
 def needs_embedder(debias: str, llm: ChatBackend) -> bool:
-    """The embedder decides under orders and calibrated, and under channel on a backend that falls back to them."""
-    return debias in ("orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
+    """The embedder decides under probe, orders and calibrated, and under channel on a backend that falls back to
+    orders."""
+    return debias in ("probe", "orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
 
 
 def cached_pair_judge(cache: dict, llm: ChatBackend, debias: str, *, prompt: str, templates: dict | None,
@@ -417,10 +456,11 @@ def field_debias(debias: str, captions: object) -> str:
     """The --debias a caption field is judged with. channel scores a caption as a description of a moment; the
     offline captioner's captions are ImageNet label lists and feature distances, not descriptions, and the
     channel reads nearly all of their pairs as no change (evaluation/progresscaptioner/RESULTS.md), so such a
-    field is judged by orders and the embedder instead (its verdicts say so in `method`)."""
+    field is judged by orders and the embedder instead (its verdicts say so in `method`); the change probe,
+    trained on descriptions, is not given them either."""
     from vi.pipelines.progresscaptioner.offline_captioner import KIND
 
-    if debias == "channel" and isinstance(captions, dict) and captions.get("kind") == KIND:
+    if debias in ("channel", "probe") and isinstance(captions, dict) and captions.get("kind") == KIND:
         return "orders"
     return debias
 
@@ -504,7 +544,7 @@ def debias_templates(prompt: str, debias: str, prompt_file: Path | None, swapped
     if debias not in DEBIAS:
         raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {debias!r}")
     out = {"paper": load_prompt(PROMPTS[prompt], prompt_file, needs=NEEDS[prompt])}
-    if debias == "none":
+    if debias in ONE_ORDER:
         return out
     if prompt_file is not None and swapped_file is None:
         raise ValueError(f"--prompt-file with --debias {debias} also needs --swapped-prompt-file, your prompt "
@@ -517,6 +557,9 @@ def check_debias(debias: str, embedder: str, same_state: float, device: str) -> 
     """A bad --same-state is exit 2, a missing --embedder exit 5: before any record. Loads nothing."""
     if not -1.0 <= same_state <= 1.0:
         raise ValueError(f"--same-state is a cosine similarity, in [-1, 1]; got {same_state}")
+    if debias == "probe" and embedder != load_change_probe().embedder:
+        raise ValueError(f"--debias probe reads {load_change_probe().embedder}'s vectors (its weights were trained "
+                         f"on them): give --embedder {load_change_probe().embedder}, not {embedder}")
     if debias != "none" and embedder != "none":
         from vi.core.devices import resolve_placement
         from vi.core.models.resolve import resolve
@@ -557,7 +600,9 @@ class ProgressionConfig:
         "How a judge's answer is freed of the one a small model gives whatever the captions say. channel: no "
         "letter decides; the judge scores the second caption after the first under two hypotheses, the same "
         "moment reworded or a later one (pseudo: a noticeable change), and the likelier says (llama.cpp; other "
-        "backends get orders); the paper's letter is kept. orders: ask "
+        "backends get orders); the paper's letter is kept. probe: no LLM decides; a change probe (model_configs/"
+        "progression_probe.json) reads the difference of --embedder's vectors of the two captions; the paper's "
+        "letter is kept. orders: ask "
         "in both orders (the paper's prompt, and the same prompt with A and B swapped); they disagree: "
         "uncertain (C). calibrated: the same, the letters scored by likelihood where the backend gives them "
         "(llama.cpp; others get orders) and divided by those content-free captions ('N/A') get. none: the "

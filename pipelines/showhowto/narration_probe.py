@@ -36,25 +36,15 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from vi.core.models.linear_probe import LinearProbe
+
 PROBE_FILES = {"talk": "narration_talk_probe.json",  # talk (1) against a step's line (0)
                "start": "narration_start_probe.json"}  # a step's first line (1) against its later ones (0)
 
 
 @dataclass(frozen=True)
-class LineProbe:
-    embedder: str  # the sentence embedder whose unit-length vectors the weights read
-    weights: tuple[float, ...]
-    bias: float
-    llm_weight: float  # how much the label pass's log-odds count beside the probe's
-
-    def log_odds(self, vectors) -> list[float]:
-        """The probe's log-odds of each row of `vectors` (unit-length embeddings)."""
-        import numpy as np
-
-        if vectors.shape[1] != len(self.weights):
-            raise ValueError(f"the line probe reads {len(self.weights)}-d vectors of {self.embedder}, "
-                             f"got {vectors.shape[1]}-d ones")
-        return [float(x) for x in vectors @ np.asarray(self.weights, dtype=np.float32) + self.bias]
+class LineProbe(LinearProbe):
+    llm_weight: float = 0.0  # how much the label pass's log-odds count beside the probe's
 
     @classmethod
     def from_file_contents(cls, data: dict[str, Any]) -> LineProbe:

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from vi.core.models.linear_probe import file_differences
 from vi.evaluation.showhowto import train_line_probes
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
@@ -56,7 +57,7 @@ def test_a_label_pass_that_calls_a_new_action_more_is_corrected_by_the_start_pro
 def test_the_packaged_probes_are_what_their_training_files_give(kind):
     packaged = json.loads((train_line_probes.ROOT / "pipelines" / "showhowto" / "model_configs"
                            / f"narration_{kind}_probe.json").read_text())
-    drift, same = train_line_probes.differences(packaged, train_line_probes.train(kind))
+    drift, same = file_differences(packaged, train_line_probes.train(kind))
     assert same and drift < 1e-4
     # never the sets that choose the probes' settings (1-4) or measure the stage (7 on)
     measured = set(train_line_probes.MEASURE_FILES) - {train_line_probes.HELD_OUT.format(s) for s in ("_5", "_6")}

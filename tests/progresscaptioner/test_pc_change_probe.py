@@ -1,0 +1,83 @@
+"""vi judge progression --debias probe: a change probe on the difference of two captions' sentence vectors
+decides, not the judge's letter. A judge that always says A is corrected; the paper's letter is kept and only
+the paper's prompt is asked; vi keyframes follows the probe; the probe reads only its own embedder's vectors;
+the packaged weights are those its training sets give, and the sets that measure it are not among them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, config, is_swapped, record
+from vi.core.models.linear_probe import LinearProbe, file_differences
+from vi.evaluation.progresscaptioner import train_progression_probe
+from vi.pipelines.progresscaptioner import judge_progression as jp
+from vi.pipelines.progresscaptioner import keyframes as kf
+
+TEXTS = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
+
+
+class StateEmbedder:
+    """encode() gives each caption a unit vector whose first axis is its object's state (whole 0, cut 1) and
+    whose second is its wording: a change moves along the first axis, a rewording along the second."""
+
+    VECTORS = {TEXTS[0]: (0.0, 1.0), TEXTS[1]: (1.0, 0.0), TEXTS[2]: (0.8, 0.6)}
+
+    def encode(self, texts):
+        return np.array([self.VECTORS[t] for t in texts], np.float32)
+
+
+@pytest.fixture
+def state_probe(monkeypatch):
+    """A probe that reads the first axis of the difference: a state that moved by more than 0.5 is a change."""
+    probe = LinearProbe("minilm-l6", (4.0, 0.0), -2.0)
+    monkeypatch.setattr(jp, "load_change_probe", lambda: probe)
+    monkeypatch.setattr(jp.ProgressionConfig, "text_embedder", lambda self: StateEmbedder())
+    return probe
+
+
+def test_always_a_is_corrected_by_the_change_probe(state_probe):
+    judge = AlwaysSays("A")
+    out = jp.judge_record(record(TEXTS), config(debias="probe"), [("j", judge)])["progression"]
+    assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
+    first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
+    assert first["method"] == second["method"] == "probe"
+    assert first["probe"] == pytest.approx(2.0) and second["probe"] == pytest.approx(-2.8)
+    assert first["letters"] == second["letters"] == {"paper": "A"}  # the paper's letter, kept, not believed
+    assert second["letter"] == "B" and "-2.80: no change" in second["decision"]
+    assert len(judge.asked) == 2 and not any(is_swapped(m) for m in judge.asked)  # the paper's prompt once a pair
+    # the pseudo prompt's letters mean the other way round
+    pseudo = jp.PairJudge(AlwaysSays("A"), prompt="pseudo", debias="probe", embedder=StateEmbedder())
+    assert [pseudo.verdict(a, b)["letter"] for a, b in zip(TEXTS, TEXTS[1:])] == ["B", "A"]
+
+
+def test_keyframes_follow_the_change_probe(state_probe, monkeypatch):
+    monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: StateEmbedder())
+    out = kf.keyframes(record(TEXTS), kf.KeyframesConfig(llm=SMOL, debias="probe"), AlwaysSays("A"))
+    assert [k["index"] for k in out["keyframes"]] == [0, 1]  # the always-A judge alone keeps all three
+    assert [v["method"] for v in out["keyframes_method"]["verdicts"]] == ["probe"] * 2
+
+
+def test_the_probe_reads_only_its_own_embedders_vectors():
+    with pytest.raises(ValueError, match="--debias probe reads minilm-l6's vectors"):
+        config(debias="probe", embedder="mpnet-base")
+
+
+def test_offline_captions_are_not_given_to_the_probe():
+    from vi.pipelines.progresscaptioner.offline_captioner import KIND
+
+    assert jp.field_debias("probe", {"kind": KIND, "items": []}) == "orders"
+    assert jp.field_debias("probe", {"model": "v", "items": []}) == "probe"
+
+
+def test_the_packaged_change_probe_is_what_its_sets_give():
+    packaged = json.loads((train_progression_probe.ROOT / "pipelines" / "progresscaptioner" / "model_configs"
+                           / jp.PROBE_FILE).read_text())
+    drift, same = file_differences(packaged, train_progression_probe.train())
+    assert same and drift < 1e-4
+    trained = {f["file"].rsplit("/", 1)[1] for f in packaged["trained_on"]}
+    assert "keyframes_sequences_measure4.json" not in trained  # the set written blind to measure it
+    assert jp.load_change_probe().embedder == packaged["embedder"] == "minilm-l6"
