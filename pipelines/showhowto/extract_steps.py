@@ -211,12 +211,19 @@ class ExtractConfig(LLMConfig):
             return ()
         return tuple(kind for kind, on in (("talk", self.talk_probe), ("start", self.start_probe)) if on)
 
-    def probe_log_odds(self, kind: str, texts: list[str]) -> list[float]:
-        """The `kind` line probe's log-odds for each of `texts` (narration_probe.py)."""
+    def probe_readings(self, texts: list[str]) -> dict[str, tuple[list[float], float]]:
+        """Each line probe that is on: (its log-odds for each of `texts`, the label pass's weight beside them),
+        as narration_probe.with_probes takes them; the texts are encoded once per embedder."""
         from vi.core.models.text_embedding import load_text_embedder
 
-        probe = load_line_probe(kind)
-        return probe.log_odds(load_text_embedder(probe.embedder, resolve_placement(self.device)).encode(texts))
+        vectors, out = {}, {}
+        for kind in self.line_probes:
+            probe = load_line_probe(kind)
+            if probe.embedder not in vectors:
+                embedder = load_text_embedder(probe.embedder, resolve_placement(self.device))
+                vectors[probe.embedder] = embedder.encode(texts)
+            out[kind] = (probe.log_odds(vectors[probe.embedder]), probe.llm_weight)
+        return out
 
     def embed(self, texts: list[str]):
         """Unit-length sentence embeddings of `texts` (--text-model), loaded once per process."""
@@ -449,8 +456,7 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id)
     if config.line_probes and any(m.get("probs") for m in shown):  # a server's labels are left as they are
-        shown = with_probes(shown, **{kind: (config.probe_log_odds(kind, texts), load_line_probe(kind).llm_weight)
-                                      for kind in config.line_probes})
+        shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)
                if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
     return shown

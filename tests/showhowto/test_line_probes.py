@@ -121,8 +121,9 @@ def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_pro
     marks = fake_marks(truth)
     marks[13] = mark(0.2, 0.5, 0.3)
     monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
-    monkeypatch.setattr(es.ExtractConfig, "probe_log_odds",
-                        lambda self, kind, texts: [3.0 if label == "TALK" else -3.0 for label in truth])
+    monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
+        kind: ([3.0 if label == "TALK" else -3.0 for label in truth], load_line_probe(kind).llm_weight)
+        for kind in self.line_probes})
     monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", talk_probe=talk_probe))["steps"]
     texts = [s["text"] for s in out["items"]]
@@ -145,8 +146,9 @@ def test_a_new_action_the_labels_call_more_starts_its_own_step_with_the_start_pr
     marks = fake_marks(truth)
     marks[5] = mark(0.3, 0.6, 0.1)
     monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
-    monkeypatch.setattr(es.ExtractConfig, "probe_log_odds",
-                        lambda self, kind, texts: [3.0 if label == "STEP" else -3.0 for label in truth])
+    monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
+        kind: ([3.0 if label == "STEP" else -3.0 for label in truth], load_line_probe(kind).llm_weight)
+        for kind in self.line_probes})
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", start_probe=start_probe))["steps"]
     lines = [s["lines"] for s in out["items"]]
     true_lines = [t["lines"] for t in record["truth"]["steps"]]
@@ -155,3 +157,22 @@ def test_a_new_action_the_labels_call_more_starts_its_own_step_with_the_start_pr
     else:
         assert lines == [[3, 6], *true_lines[2:]] and out["line_labels"][5] == "MORE"
     assert out["start_probe"] == ("minilm-l6" if start_probe else None) and out["talk_probe"] is None
+
+
+def test_both_probes_read_one_encoding_of_the_lines(monkeypatch):
+    """The two probes read the same embedder's vectors: a chunk's lines are encoded once, not once per probe."""
+    encoded = []
+
+    class Counting:
+        def encode(self, texts):
+            import numpy as np
+
+            encoded.append(list(texts))
+            return np.zeros((len(texts), len(load_line_probe("talk").weights)), np.float32)
+
+    monkeypatch.setattr("vi.core.models.text_embedding.load_text_embedder", lambda ref, placement: Counting())
+    monkeypatch.setattr(es, "check_llm", lambda settings: None)
+    config = es.ExtractConfig(llm="smollm2-135m", talk_probe=True, start_probe=True)
+    readings = config.probe_readings(["Hello there.", "Cut the lemon."])
+    assert set(readings) == {"talk", "start"} and len(encoded) == 1
+    assert readings["start"][1] == load_line_probe("start").llm_weight
