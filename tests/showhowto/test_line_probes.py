@@ -106,6 +106,14 @@ def fake_marks(labels: list[str]) -> list[dict]:
             for label in labels]
 
 
+def stand_in_passes(monkeypatch, marks: list[dict], probe_log_odds: list[float]) -> None:
+    """The label pass gives `marks`; every line probe that is on reads `probe_log_odds`, beside the packaged
+    weight of the label pass."""
+    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
+    monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
+        kind: (probe_log_odds, load_line_probe(kind).llm_weight) for kind in self.line_probes})
+
+
 @pytest.mark.parametrize("talk_probe", [True, False])
 def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_probe(talk_probe, monkeypatch):
     """bike_tyre's line 13 ("These patch kits cost like three dollars") is talk about the task; the
@@ -120,10 +128,7 @@ def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_pro
     use_llm(llm, monkeypatch)
     marks = fake_marks(truth)
     marks[13] = mark(0.2, 0.5, 0.3)
-    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
-    monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
-        kind: ([3.0 if label == "TALK" else -3.0 for label in truth], load_line_probe(kind).llm_weight)
-        for kind in self.line_probes})
+    stand_in_passes(monkeypatch, marks, [3.0 if label == "TALK" else -3.0 for label in truth])
     monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", talk_probe=talk_probe))["steps"]
     texts = [s["text"] for s in out["items"]]
@@ -145,10 +150,7 @@ def test_a_new_action_the_labels_call_more_starts_its_own_step_with_the_start_pr
     use_llm(CopyingLLM(truth), monkeypatch)
     marks = fake_marks(truth)
     marks[5] = mark(0.3, 0.6, 0.1)
-    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
-    monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
-        kind: ([3.0 if label == "STEP" else -3.0 for label in truth], load_line_probe(kind).llm_weight)
-        for kind in self.line_probes})
+    stand_in_passes(monkeypatch, marks, [3.0 if label == "STEP" else -3.0 for label in truth])
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", start_probe=start_probe))["steps"]
     lines = [s["lines"] for s in out["items"]]
     true_lines = [t["lines"] for t in record["truth"]["steps"]]
