@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
-from vi.core.models.linear_probe import LinearProbe, auc, file_differences, fit_logistic
+from vi.core.models.linear_probe import LinearProbe
+from vi.evaluation.probe_training import add_file_flags, auc, fit_logistic, keep_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = Path(__file__).resolve().parent / "heldout"
@@ -40,13 +40,18 @@ L2 = 1.0
 
 
 def pairs(split: str) -> list[tuple[str, str, int]]:
-    """(first caption, second caption, 1 if the state changed) of a heldout/ set: its pairs, or each
-    sequence's adjacent captions (a change where the stage rises)."""
-    data = json.loads((HELDOUT / f"{split}.json").read_text(encoding="utf-8"))
-    if "pairs" in data:
-        return [(p["desc1"], p["desc2"], int(p["change"])) for p in data["pairs"]]
-    return [(s["captions"][i], s["captions"][i + 1], int(s["stages"][i + 1] != s["stages"][i]))
-            for s in data["sequences"] for i in range(len(s["captions"]) - 1)]
+    """(first caption, second caption, 1 if the state changed) of a heldout/ set, read as its own quality
+    script reads it: a judge_pairs_* set's pairs (judge_heldout), or each keyframes_sequences_* sequence's
+    adjacent captions, a change where the stage rises (keyframes_quality)."""
+    from vi.evaluation.progresscaptioner.judge_heldout import load_pairs
+    from vi.evaluation.progresscaptioner.keyframes_quality import heldout_records
+
+    if split.startswith("judge_pairs_"):
+        return [(p["desc1"], p["desc2"], int(p["change"])) for p in load_pairs(split.removeprefix("judge_pairs_"))]
+    records, stages = heldout_records(split.removeprefix("keyframes_sequences_"))
+    return [(items[i]["text"], items[i + 1]["text"], int(stage[i + 1] != stage[i]))
+            for record, stage in zip(records, stages) for items in [record["captions"]["items"]]
+            for i in range(len(items) - 1)]
 
 
 def embedder():
@@ -64,7 +69,8 @@ def differences(rows: Sequence[tuple[str, str, int]]):
 
 
 def train(splits: Sequence[str] = TRAIN_SPLITS, l2: float = L2) -> dict:
-    rows = [row for split in splits for row in pairs(split)]
+    by_split = {split: pairs(split) for split in splits}
+    rows = [row for split in splits for row in by_split[split]]
     weights, bias = fit_logistic(differences(rows), [y for _, _, y in rows], l2)
     return {"about": "vi judge progression --debias probe: a logistic regression on the difference of the sentence "
                      "embedder's vectors of two adjacent captions (second minus first); log-odds of a change of "
@@ -73,49 +79,39 @@ def train(splits: Sequence[str] = TRAIN_SPLITS, l2: float = L2) -> dict:
             "embedder": EMBEDDER, "l2": l2,
             "trained_on": [{"file": f"evaluation/progresscaptioner/heldout/{split}.json",
                             "sha256": hashlib.sha256((HELDOUT / f"{split}.json").read_bytes()).hexdigest(),
-                            "changes": sum(y for _, _, y in pairs(split)),
-                            "same": sum(1 - y for _, _, y in pairs(split))} for split in splits],
+                            "changes": sum(y for _, _, y in by_split[split]),
+                            "same": sum(1 - y for _, _, y in by_split[split])} for split in splits],
             "bias": round(bias, 6), "weights": [round(float(w), 6) for w in weights]}
 
 
-def balanced_accuracy(scores: Sequence[float], classes: Sequence[int]) -> tuple[float, float, float]:
-    """(balanced accuracy, change recall, same recall) of the decision score > 0."""
-    change = [s > 0 for s, y in zip(scores, classes) if y]
-    same = [s <= 0 for s, y in zip(scores, classes) if not y]
-    return (sum(change) / len(change) + sum(same) / len(same)) / 2, sum(change) / len(change), sum(same) / len(same)
-
-
 def measure(probe: dict, splits: Sequence[str]) -> list[str]:
+    from vi.evaluation.progresscaptioner.judge_heldout import balanced_accuracy
+
     model = LinearProbe.from_file_contents(probe)
     out = []
     for split in splits:
         rows = pairs(split)
         scores, classes = model.log_odds(differences(rows)), [y for _, _, y in rows]
-        acc, change, same = balanced_accuracy(scores, classes)
-        out.append(f"{split}: {len(rows)} pairs ({sum(classes)} changes), balanced accuracy {acc:.3f} "
-                   f"(change {change:.2f}, same {same:.2f}), AUC {auc(scores, classes):.3f}")
+        acc = balanced_accuracy([{"change": bool(y)} for y in classes], [{"change": s > 0} for s in scores])
+        out.append(f"{split}: {len(rows)} pairs ({sum(classes)} changes), balanced accuracy "
+                   f"{acc['balanced_accuracy']:.3f} (change {acc['change_recall']:.2f}, "
+                   f"same {acc['same_recall']:.2f}), AUC {auc(scores, classes):.3f}")
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.progresscaptioner.train_progression_probe",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="store the weights in the package")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the packaged weights differ from a retrain")
+    add_file_flags(parser)
     parser.add_argument("--measure", action="append", help="a heldout/ set's name (default: those not trained on)")
     args = parser.parse_args(argv)
     from vi.pipelines.progresscaptioner.judge_progression import PROBE_FILE
 
     target = ROOT / "pipelines" / "progresscaptioner" / "model_configs" / PROBE_FILE
     probe = train()
-    if args.check:
-        drift, same = file_differences(json.loads(target.read_text(encoding="utf-8")), probe)
-        print(f"packaged probe vs retrain: largest weight difference {drift:.2e}, metadata "
-              f"{'the same' if same else 'differs'}")
-        sys.exit(0 if same and drift < 1e-4 else 1)
-    if args.write:
-        target.write_text(json.dumps(probe, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {target.relative_to(ROOT)}")
+    stale = keep_file(target, probe, args)
+    if stale is not None:
+        sys.exit(1 if stale else 0)
     untouched = sorted(p.stem for p in HELDOUT.glob("*.json") if p.stem not in TRAIN_SPLITS)
     for line in measure(probe, args.measure or untouched):
         print(line)

@@ -11,7 +11,7 @@ spent as blind sets by the talk probe's measurement before the start probe was m
 narration sets (sets 1-4 choose L2 and the label pass's weight; set 7 and later measure the stage) and the
 real pressure cooker are never trained on. Classes are weighted to count equally (the probe's log-odds
 carry no prior), L2 on the weights (not the bias), fitted exactly by Newton's method
-(core/models/linear_probe.py): the same files give the same weights.
+(evaluation/probe_training.py): the same files give the same weights.
 
 Without --write it prints, per measured file, the probe's AUC and, at log-odds > 0, the share of each
 class called as the truth has it; --write stores the weights in the package; --check fails (exit 1) if
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
-from vi.core.models.linear_probe import auc, file_differences, fit_logistic
+from vi.evaluation.probe_training import add_file_flags, auc, fit_logistic, keep_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD_OUT = "evaluation/showhowto/heldout/extract_transcripts{}.jsonl"
@@ -146,8 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.train_line_probes",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", choices=tuple(PROBES), action="append", help="which probe (default: both)")
-    parser.add_argument("--write", action="store_true", help="store the weights in the package")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the packaged weights differ from a retrain")
+    add_file_flags(parser)
     parser.add_argument("--measure", type=Path, action="append", help="narration files to measure on "
                         "(default: the held-out sets)")
     args = parser.parse_args(argv)
@@ -157,15 +156,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for kind in args.probe or PROBES:
         target = ROOT / "pipelines" / "showhowto" / "model_configs" / PROBE_FILES[kind]
         probe = train(kind)
-        if args.check:
-            drift, same = file_differences(json.loads(target.read_text(encoding="utf-8")), probe)
-            print(f"packaged {kind} probe vs retrain: largest weight difference {drift:.2e}, metadata "
-                  f"{'the same' if same else 'differs'}")
-            stale |= not same or drift >= 1e-4
+        checked = keep_file(target, probe, args, f"{kind} probe")
+        if checked is not None:
+            stale |= checked
             continue
-        if args.write:
-            target.write_text(json.dumps(probe, indent=1) + "\n", encoding="utf-8")
-            print(f"wrote {target.relative_to(ROOT)}")
         paths = [p.resolve() for p in args.measure] if args.measure else \
             [ROOT / f for f in MEASURE_FILES if (ROOT / f).exists()]
         for line in measure(kind, probe, paths):

@@ -64,7 +64,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -205,8 +204,7 @@ def load_change_probe():
     """--debias probe's packaged probe (model_configs/progression_probe.json)."""
     from vi.core.models.linear_probe import LinearProbe
 
-    return LinearProbe.from_file_contents(json.loads(resources.files("vi.pipelines.progresscaptioner").joinpath(
-        "model_configs", PROBE_FILE).read_text(encoding="utf-8")))
+    return LinearProbe.packaged("vi.pipelines.progresscaptioner", PROBE_FILE)
 
 
 def caption_differences(embedder, pairs: Sequence[tuple[str, str]]):

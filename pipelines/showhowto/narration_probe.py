@@ -28,12 +28,10 @@ Both were trained with balanced classes, so their log-odds carry no prior of the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from vi.core.models.linear_probe import LinearProbe
@@ -55,8 +53,7 @@ class LineProbe(LinearProbe):
 @cache
 def load_line_probe(kind: str) -> LineProbe:
     """The packaged probe of `kind` (a key of PROBE_FILES)."""
-    return LineProbe.from_file_contents(json.loads(resources.files("vi.pipelines.showhowto").joinpath(
-        "model_configs", PROBE_FILES[kind]).read_text(encoding="utf-8")))
+    return LineProbe.packaged("vi.pipelines.showhowto", PROBE_FILES[kind])
 
 
 def log_odds(p: float, floor: float = 1e-6) -> float:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, config, is_swapped, record
-from vi.core.models.linear_probe import LinearProbe, file_differences
+from vi.core.models.linear_probe import LinearProbe
+from vi.evaluation.probe_training import file_differences
 from vi.evaluation.progresscaptioner import train_progression_probe
 from vi.pipelines.progresscaptioner import judge_progression as jp
 from vi.pipelines.progresscaptioner import keyframes as kf

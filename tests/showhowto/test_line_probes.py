@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from vi.core.models.linear_probe import file_differences
+from vi.evaluation.probe_training import file_differences
 from vi.evaluation.showhowto import train_line_probes
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
