@@ -22,6 +22,10 @@ probabilities and likelihoods where they were scored, the captions' similarity a
   well the captions fit each moves the score (noisy-channel prompting, Min et al. 2022). The paper's prompt
   is still asked once and its letter kept in `letters.paper`. A backend without likelihoods (openai:,
   transformers:) gets orders;
+- probe: no LLM decides; a change probe reads the difference of --embedder's vectors of the two captions
+  (model_configs/progression_probe.json); the paper's letter is kept;
+- channel+probe: the channel's score and the probe's log-odds, each in units of its spread, summed (without
+  likelihoods: the probe);
 - none: the paper's prompt asked once, the letter as it is (the paper's behaviour);
 - orders: asked twice, the paper's prompt and the same prompt with the meanings of A and B swapped; the two
   letters agree: that answer; they disagree (a letter the model prefers whatever the content): uncertain;
@@ -177,8 +181,12 @@ def majority(letters: list[str]) -> str | None:
 #   measuring that have been spent (evaluation/progresscaptioner/train_progression_probe.py), reads whether an
 #   object's state changed. A similarity says how alike two captions are, not whether the state changed;
 #   the direction they differ in does. The paper's letter is kept.
+# - both (--debias channel+probe): the channel's score and the probe's log-odds, each in units of its own
+#   spread, summed. The two read different things (how well an LLM finds the second caption fits "later"
+#   against "the same moment"; the direction of the embedder's difference) and err on different pairs
+#   (their scores correlate 0.45 on measure4), so where one is unsure the other decides.
 
-DEBIAS = ("channel", "probe", "orders", "calibrated", "none")
+DEBIAS = ("channel", "channel+probe", "probe", "orders", "calibrated", "none")
 DEFAULT_DEBIAS = "channel"  # vi judge progression's and vi keyframes' --debias
 # --debias channel's two hypotheses per prompt, each in two wordings (ours, and the paper's prompt's own
 # words for its options): the second caption's likelihood after each is summed over the wordings and compared
@@ -196,7 +204,15 @@ SAME_STATE = 0.75
 REPLY_PREFIX = '{"answer": "'  # how the constrained reply starts; the letter is scored after it
 CHANGE_BY_ORDER = {"paper": CHANGE, "swapped": {"pseudo": {"A": True, "B": False}, "eval": {"A": False, "B": True}}}
 PROBE_FILE = "progression_probe.json"  # --debias probe's weights (model_configs/)
-ONE_ORDER = ("none", "probe")  # the debias methods that ask the paper's prompt only
+# channel+probe without likelihoods is the probe alone: neither asks a second order
+ONE_ORDER = ("none", "probe", "channel+probe")  # the debias methods that ask the paper's prompt only
+CHANNELS = ("channel", "channel+probe")  # the debias methods that score the second caption under the hypotheses
+# channel+probe's units, each signal's standard deviation where it was not fitted: the default judge's
+# (qwen2.5-coder-1.5b) channel scores, 8.2 nats on the judge's pair sets (150 scores) and 7.3 on measure4;
+# the probe's log-odds, 0.73 on measure4 (its weights were trained on the sets before). Equal weight in
+# these units is the one choice that fits nothing; the sum is read at 0, where each signal changes its mind.
+CHANNEL_SPREAD = 8.0
+PROBE_SPREAD = 0.73
 
 
 @cache
@@ -272,6 +288,13 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
         return {"change": change, "letter": paper_letter(change, prompt), "method": "channel",
                 "decision": f"the second caption's log-likelihood as a later moment minus as the same one: "
                             f"{score:+.2f} nats: {'change' if change else 'no change'}"}
+    if method == "channel+probe":
+        channel, probe = evidence["channel"] / CHANNEL_SPREAD, evidence["probe"] / PROBE_SPREAD
+        change = channel + probe > 0
+        return {"change": change, "letter": paper_letter(change, prompt), "method": "channel+probe",
+                "decision": f"the channel's score {evidence['channel']:+.2f} nats ({channel:+.2f} spreads) plus the "
+                            f"change probe's log-odds {evidence['probe']:+.2f} ({probe:+.2f} spreads): "
+                            f"{channel + probe:+.2f}: {'change' if change else 'no change'}"}
     if method == "probe":
         score = evidence["probe"]
         change = score > 0
@@ -325,7 +348,7 @@ class PairJudge:
         if self.debias not in ONE_ORDER:
             self.templates.setdefault("swapped", load_prompt(SWAPPED_PROMPTS[self.prompt], None,
                                                              needs=NEEDS[self.prompt]))
-        if self.debias == "channel":
+        if self.debias in CHANNELS:
             for hypothesis, name in CHANNEL_PROMPTS[self.prompt].items():
                 self.templates.setdefault(hypothesis, load_prompt(name, None, needs=CHANNEL_NEEDS[self.prompt]))
 
@@ -336,8 +359,9 @@ class PairJudge:
 
     @property
     def scores_captions(self) -> bool:
-        """--debias channel on a backend that gives likelihoods (else the orders are asked)."""
-        return self.debias == "channel" and gives_likelihoods(self.llm)
+        """--debias channel or channel+probe on a backend that gives likelihoods (else channel asks the orders and
+        channel+probe is the probe alone)."""
+        return self.debias in CHANNELS and gives_likelihoods(self.llm)
 
     def messages(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> list[dict]:
         values = prompt_values(self.prompt, action, desc1=desc1, desc2=desc2)
@@ -373,13 +397,15 @@ class PairJudge:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
             return {"method": "none", "letters": {"paper": letter}}
-        if self.debias == "probe":
+        if self.scores_captions:
+            evidence = self.channel_evidence(desc1, desc2, action=action, seed=seed, where=where)
+            if self.debias == "channel+probe":
+                evidence.update(method="channel+probe", probe=self.probe_log_odds(desc1, desc2))
+            return evidence
+        if self.debias in ("probe", "channel+probe"):
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
-            (score,) = load_change_probe().log_odds(caption_differences(self.embedder, [(desc1, desc2)]))
-            return {"method": "probe", "letters": {"paper": letter}, "probe": round(score, 4)}
-        if self.scores_captions:
-            return self.channel_evidence(desc1, desc2, action=action, seed=seed, where=where)
+            return {"method": "probe", "letters": {"paper": letter}, "probe": self.probe_log_odds(desc1, desc2)}
         if not self.scores_letters:
             return self.orders_evidence(desc1, desc2, action=action, seed=seed, where=where)
         probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
@@ -389,6 +415,10 @@ class PairJudge:
                 "content_free": {order: _rounded(free[order]) for order in ORDERS},
                 "calibrated": {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS},
                 **self.similarity(desc1, desc2)}
+
+    def probe_log_odds(self, desc1: str, desc2: str) -> float:
+        (score,) = load_change_probe().log_odds(caption_differences(self.embedder, [(desc1, desc2)]))
+        return round(float(score), 4)
 
     def channel_evidence(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0,
                          where: str = "", paper: str | None = None) -> dict:
@@ -434,9 +464,10 @@ def gives_likelihoods(llm: ChatBackend) -> bool:
 
 
 def needs_embedder(debias: str, llm: ChatBackend) -> bool:
-    """The embedder decides under probe, orders and calibrated, and under channel on a backend that falls back to
-    orders."""
-    return debias in ("probe", "orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
+    """The embedder decides under probe, channel+probe, orders and calibrated, and under channel on a backend that
+    falls back to orders."""
+    return debias in ("probe", "channel+probe", "orders", "calibrated") or (debias == "channel"
+                                                                            and not gives_likelihoods(llm))
 
 
 def cached_pair_judge(cache: dict, llm: ChatBackend, debias: str, *, prompt: str, templates: dict | None,
@@ -458,7 +489,7 @@ def field_debias(debias: str, captions: object) -> str:
     trained on descriptions, is not given them either."""
     from vi.pipelines.progresscaptioner.offline_captioner import KIND
 
-    if debias in ("channel", "probe") and isinstance(captions, dict) and captions.get("kind") == KIND:
+    if debias in ("channel", "probe", "channel+probe") and isinstance(captions, dict) and captions.get("kind") == KIND:
         return "orders"
     return debias
 
@@ -555,8 +586,8 @@ def check_debias(debias: str, embedder: str, same_state: float, device: str) -> 
     """A bad --same-state is exit 2, a missing --embedder exit 5: before any record. Loads nothing."""
     if not -1.0 <= same_state <= 1.0:
         raise ValueError(f"--same-state is a cosine similarity, in [-1, 1]; got {same_state}")
-    if debias == "probe" and embedder != load_change_probe().embedder:
-        raise ValueError(f"--debias probe reads {load_change_probe().embedder}'s vectors (its weights were trained "
+    if debias in ("probe", "channel+probe") and embedder != load_change_probe().embedder:
+        raise ValueError(f"--debias {debias} reads {load_change_probe().embedder}'s vectors (its weights were trained "
                          f"on them): give --embedder {load_change_probe().embedder}, not {embedder}")
     if debias != "none" and embedder != "none":
         from vi.core.devices import resolve_placement
@@ -600,7 +631,8 @@ class ProgressionConfig:
         "moment reworded or a later one (pseudo: a noticeable change), and the likelier says (llama.cpp; other "
         "backends get orders); the paper's letter is kept. probe: no LLM decides; a change probe (model_configs/"
         "progression_probe.json) reads the difference of --embedder's vectors of the two captions; the paper's "
-        "letter is kept. orders: ask "
+        "letter is kept. channel+probe: both, each in units of its spread, summed (without likelihoods: the "
+        "probe). orders: ask "
         "in both orders (the paper's prompt, and the same prompt with A and B swapped); they disagree: "
         "uncertain (C). calibrated: the same, the letters scored by likelihood where the backend gives them "
         "(llama.cpp; others get orders) and divided by those content-free captions ('N/A') get. none: the "
