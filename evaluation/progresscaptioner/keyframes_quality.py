@@ -235,7 +235,7 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure5", "measure4", "measure3", "measure2", "measure", "tune")
+SPLITS = ("measure6", "measure5", "measure4", "measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, config, is_swapped, record
+from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, ChannelJudge, config, is_swapped, record
 from vi.core.models.linear_probe import LinearProbe
 from vi.evaluation.probe_training import file_differences
 from vi.evaluation.progresscaptioner import train_progression_probe
@@ -52,6 +52,37 @@ def test_always_a_is_corrected_by_the_change_probe(state_probe):
     # the pseudo prompt's letters mean the other way round
     pseudo = jp.PairJudge(AlwaysSays("A"), prompt="pseudo", debias="probe", embedder=StateEmbedder())
     assert [pseudo.verdict(a, b)["letter"] for a, b in zip(TEXTS, TEXTS[1:])] == ["B", "A"]
+
+
+def test_channel_and_probe_each_in_their_spread_decide_together(state_probe):
+    """--debias channel+probe: the channel's score and the probe's log-odds, each over its spread, summed. A
+    channel that is wrong by a little either way is outweighed by a probe that is sure; a sure channel outweighs
+    an unsure probe; without likelihoods the probe decides alone."""
+    judge = ChannelJudge({TEXTS[1]: -1.0, TEXTS[2]: 1.0})  # the channel alone gets both pairs wrong
+    alone = jp.judge_record(record(TEXTS), config(), [("j", ChannelJudge({TEXTS[1]: -1.0, TEXTS[2]: 1.0}))])
+    assert [p["change"] for p in alone["progression"]["pairs"]] == [False, True]
+    out = jp.judge_record(record(TEXTS), config(debias="channel+probe"), [("j", judge)])["progression"]
+    assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
+    first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
+    assert first["method"] == second["method"] == "channel+probe"
+    assert (first["channel"], first["probe"]) == (pytest.approx(-2.0), pytest.approx(2.0))
+    assert (second["channel"], second["probe"]) == (pytest.approx(2.0), pytest.approx(-2.8))
+    assert first["letters"] == {"paper": "A"} and second["letter"] == "B"
+    assert f"{-2.0 / jp.CHANNEL_SPREAD + 2.0 / jp.PROBE_SPREAD:+.2f}: change" in first["decision"]
+    assert len(judge.asked) == 2 and not any(is_swapped(m) for m in judge.asked)  # no second order asked
+    sure_channel = {"method": "channel+probe", "channel": -12.0, "probe": 0.5, "letters": {"paper": "A"}}
+    assert jp.decide(sure_channel, "eval", None)["change"] is False
+    assert jp.decide({**sure_channel, "method": "probe"}, "eval", None)["change"] is True
+    # a backend without likelihoods: the probe alone, the paper's prompt once a pair
+    chat_only = AlwaysSays("A")
+    out = jp.judge_record(record(TEXTS), config(debias="channel+probe"), [("j", chat_only)])["progression"]
+    assert [v["method"] for p in out["pairs"] for v in p["verdicts"]["captions"].values()] == ["probe"] * 2
+    assert [p["change"] for p in out["pairs"]] == [True, False] and len(chat_only.asked) == 2
+    with pytest.raises(ValueError, match="--debias channel\\+probe reads minilm-l6's vectors"):
+        config(debias="channel+probe", embedder="mpnet-base")
+    from vi.pipelines.progresscaptioner.offline_captioner import KIND
+
+    assert jp.field_debias("channel+probe", {"kind": KIND, "items": []}) == "orders"
 
 
 def test_keyframes_follow_the_change_probe(state_probe, monkeypatch):
