@@ -41,6 +41,11 @@ class ChatBackend(Protocol):
              max_tokens: int = 512, temperature: float = 0.0, seed: int = 0) -> ChatReply: ...
 
 
+def gives_likelihoods(llm: object) -> bool:
+    """The backend scores given text (llama.cpp's `option_log_probs`); a server or transformers only samples."""
+    return callable(getattr(llm, "option_log_probs", None))
+
+
 @dataclass(frozen=True)
 class LLMSpec:
     backend: str  # one of BACKENDS
@@ -78,7 +83,8 @@ class LLMSettings:
     n_ctx: int = 4096
     device: str = "auto"
     seed: int = 0
-    threads: int | None = None  # llama.cpp's CPU threads (None: usable_cpus(), the cores this process may use, at most 8)
+    # llama.cpp's CPU threads (None: usable_cpus(), the cores this process may use, at most 8)
+    threads: int | None = None
     concurrency: int = 1  # requests in flight (server) or the largest batch (transformers)
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@
     python -m vi.evaluation.showhowto.extract_quality [--llm qwen2.5-coder-1.5b] [--llm smollm2-135m]
                                                       [--data FILE] [--only measure|tune] [--json]
                                                       [--segmentation model|labels|filtered] [--after-filter]
+                                                      [--talk-probe] [--start-probe] [--drop-remarks]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -285,13 +286,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.add_argument(f"--{kind}-probe", action=argparse.BooleanOptionalAction, help=(
             f"vi extract-steps --{kind}-probe / --no-{kind}-probe: the {kind} probe reads each line for {what} "
             "beside the label pass (default: the stage's own)"))
+    parser.add_argument("--drop-remarks", action=argparse.BooleanOptionalAction, help=(
+        "vi extract-steps --drop-remarks / --no-drop-remarks: each written step's text is scored as an action "
+        "against as a remark (default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
     args = parser.parse_args(argv)
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
-    probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe))
+    probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
+                                        ("drop_remarks", args.drop_remarks))
               if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,

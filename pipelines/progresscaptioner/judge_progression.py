@@ -74,8 +74,8 @@ from typing import Callable, Optional
 from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
-from vi.core.models.chat import (LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, ChatBackend, LLMConfig, LLMSettings,
-                                 chat_json, check_llm, load_llm)
+from vi.core.models.chat import (ChatBackend, LLMConfig, LLMSettings, LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, chat_json,
+                                 check_llm, gives_likelihoods, load_llm)
 from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
@@ -456,11 +456,6 @@ class PairJudge:
 
     def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
         return self.verdict_from(self.evidence(desc1, desc2, action=action, seed=seed, where=where))
-
-
-def gives_likelihoods(llm: ChatBackend) -> bool:
-    """The backend scores given text (llama.cpp); a server or transformers only samples."""
-    return callable(getattr(llm, "option_log_probs", None))
 
 
 def needs_embedder(debias: str, llm: ChatBackend) -> bool:

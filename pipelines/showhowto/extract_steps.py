@@ -17,6 +17,8 @@ Which lines make a step (`segmentation`):
   labelled run (a STEP line and the MORE lines after it) that no step of the model's is on is
   written as a step too, from what was said there (one more request, only where there is one);
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
+  With `drop_remarks`, a step whose text reads as a remark rather than an action (scored, not asked:
+  step_remarks.py) is dropped too, and `steps.remarks` says "scored".
   With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
   too (narration_probe.py): fewer steps made of talk, more true steps lost. With `start_probe`,
   another reads whether a line starts a step or goes on with the one above: fewer steps merge.
@@ -66,6 +68,7 @@ from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
                                                    drop_talk, fold_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
+from vi.pipelines.showhowto.step_remarks import drop_remarks, instruction_scores
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"
@@ -158,6 +161,11 @@ class ExtractConfig(LLMConfig):
         "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
         "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
         "In process only: a server's labels are its own."))
+    drop_remarks: bool = option(False, help=(  # step_remarks.py says why and how
+        "With --segmentation filtered, each written step's text is scored as the model's reply to two "
+        "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
+        "greeting); a step likelier as a remark by more than a factor e is dropped and listed in repairs. "
+        "Needs a backend that scores text (llama.cpp); others keep every step."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -542,8 +550,10 @@ def refuse_all_talk(record_id: object, labels: dict[int, dict]) -> None:
 
 
 def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: list[str],
-                 cited: list[tuple[int, int, str]], repairs: list[str], labels: dict[int, dict]) -> dict:
-    """The record's `steps`: the cited steps timed, or a no_steps error where none is usable."""
+                 cited: list[tuple[int, int, str]], repairs: list[str], labels: dict[int, dict],
+                 remarks: str | None = None) -> dict:
+    """The record's `steps`: the cited steps timed, or a no_steps error where none is usable. `remarks`:
+    "scored" where --drop-remarks scored the steps' texts (step_remarks.py), else None."""
     items = timed_steps(cited, plan.segments, plan.indices, video_duration(record, plan.segments),
                         config.tolerance_s, repairs)
     if not items:
@@ -557,7 +567,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         for line, mark in labels.items():
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
-    method = {"grounding": config.grounding} if config.segmentation == "filtered" else {}
+    method = {"grounding": config.grounding, "remarks": remarks} if config.segmentation == "filtered" else {}
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if kind in config.line_probes else None
                    for kind in ("talk", "start")}
@@ -635,11 +645,16 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     cited, repairs = cited_steps(raw, len(plan.segments), plan.texts, plan.names)
     repairs[:0] = notes
     kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs, plan.names)
+    remarks = None
+    if config.drop_remarks and kept:
+        scores = instruction_scores(plan.llm, plan.title, [text for _, _, text in kept])
+        if scores is not None:
+            kept, remarks = drop_remarks(kept, scores, repairs, plan.names), "scored"
     if cited and not kept:
         raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
-                          "labelled TALK (a greeting, an aside, an opinion...): the video teaches no "
-                          f"task ({'; '.join(repairs)}). vi filter-instructional sets such videos aside")
-    return steps_output(record, config, plan, titles, kept, repairs, labels)
+                          "labelled TALK (a greeting, an aside, an opinion...) or reads as a remark: the video "
+                          f"teaches no task ({'; '.join(repairs)}). vi filter-instructional sets such videos aside")
+    return steps_output(record, config, plan, titles, kept, repairs, labels, remarks)
 
 
 STEPS_BY_SEGMENTATION = {"filtered": filtered_steps, "labels": labelled_steps, "model": model_steps}
@@ -661,7 +676,7 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, talk_probe, start_probe, chunks, repairs, line_labels}: each step's first and last "
+           "grounding, remarks, talk_probe, start_probe, chunks, repairs, line_labels}: each step's first and last "
            "transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "

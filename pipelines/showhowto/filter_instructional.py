@@ -41,7 +41,7 @@ from pathlib import Path
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.core.models.chat import LLMConfig, check_llm
+from vi.core.models.chat import LLMConfig, check_llm, gives_likelihoods
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_segments
@@ -180,10 +180,9 @@ def decide(paper: Answer, negated: Answer | None) -> dict:
 def scored_log_odds(llm, messages: list[dict[str, str]]) -> float | None:
     """log P(Yes) - log P(No) as the reply's answer, read at its start (before any explanation), where
     the backend scores answers (llama.cpp's `option_log_probs`); None where it cannot."""
-    score = getattr(llm, "option_log_probs", None)
-    if score is None:
+    if not gives_likelihoods(llm):
         return None
-    log_yes, log_no = score(messages, list(ANSWERS), ANSWER_FIRST)
+    log_yes, log_no = llm.option_log_probs(messages, list(ANSWERS), ANSWER_FIRST)
     return float(log_yes - log_no)
 
 

@@ -537,3 +537,49 @@ def test_a_copying_model_on_a_video_the_filter_rejects_gives_not_instructional(m
     screened = {"label": True, "reason": "screened before", "model": "x"}
     steps = es.extract(record | {"instructional": screened}, es.ExtractConfig(llm="smollm2-135m"))["steps"]
     assert len(llm.requests) == 2 and llm.screened == 1 and len(steps["items"]) == 4  # copies of MORE lines folded
+
+
+class RemarkScoringLLM(CopyingLLM):
+    """CopyingLLM with likelihoods, as llama.cpp gives them: a written step in `remarks` is likelier as the
+    reply to the request for a remark, every other one as the reply to the request for an action."""
+
+    def __init__(self, labels: list[str], steps_for, remarks: set[str]):
+        super().__init__(labels, steps_for)
+        self.remarks, self.scored = remarks, []
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        asks_remark = "not an action of the task" in messages[-1]["content"]
+        self.scored.append((asks_remark, *options, messages[-1]["content"].splitlines()[0]))
+        return [-10.0 if (text in self.remarks) == asks_remark else -20.0 for text in options]
+
+
+def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_through(monkeypatch):
+    """The model writes a step from talk the label pass calls MORE ("There it is, a tiny puncture right
+    here"): drop_talk keeps it. --drop-remarks scores each step's text as the reply to a request for an action
+    and for a remark, and drops the one likelier as a remark; without it, or on a backend that scores nothing,
+    the remark stays."""
+    record = TRANSCRIPTS["bike_tyre"]
+    remark = "There it is, a tiny puncture right here."
+
+    def steps_for(lines):
+        steps = own_words(record)
+        return steps[:3] + [{"first_line": 11, "last_line": 11, "text": remark}] + steps[3:]
+
+    def extract(llm, **options):
+        monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+        return es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", **options))["steps"]
+
+    llm = RemarkScoringLLM(truth_labels(record), steps_for, {remark})
+    steps = extract(llm, drop_remarks=True)
+    assert [s["text"] for s in steps["items"]] == [f"Step {k} in other words." for k in range(1, 7)]
+    assert steps["remarks"] == "scored"
+    assert f"step {remark!r}: segment 10 reads as a remark, not an action of the task (-10.0 nats as an action " \
+           "against as a remark), dropped" in steps["repairs"]
+    # each kept step's text scored under both requests, which name the video
+    assert sorted(asks for asks, *_ in llm.scored) == [False] * 7 + [True] * 7
+    assert all(first == f"Video: {record['title']}" for *_, first in llm.scored)
+    # the mechanism matters: without it, or where nothing is scored, the remark is a step
+    kept = extract(RemarkScoringLLM(truth_labels(record), steps_for, {remark}))
+    assert remark in [s["text"] for s in kept["items"]] and kept["remarks"] is None
+    unscored = extract(CopyingLLM(truth_labels(record), steps_for), drop_remarks=True)
+    assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
