@@ -15,8 +15,9 @@ Each pair is judged the way the stage judges it (`judge_progression.PairJudge`, 
 - orders: the same, asked in both orders (the paper's prompt and the twin with A and B swapped): what a
   backend without likelihoods (openai:, transformers:) gets from `--debias calibrated`, and `--debias orders`;
 - calibrated: the letters scored by likelihood in both orders, calibrated against content-free captions;
-- channel (the default): the second caption scored after the first under "the same moment" and "a later
-  moment" (`--debias channel`); the paper's letter is evidence only;
+- channel: the second caption scored after the first under "the same moment" and "a later moment"
+  (`--debias channel`); the paper's letter is evidence only. The default, channel+probe, is not a row: its
+  change probe was trained on these pairs, so they cannot measure it (keyframes_quality's blind sets do);
 - +embedder: any of these, with the pairs the orders leave undecided decided by the embedder's similarity;
 - embedder alone: similarity < --same-state says change.
 The rows are decisions made by `judge_progression.decide` from the evidence the judge gave, so the evidence
@@ -145,6 +146,10 @@ def gather(pairs: list[dict], llm_ref: str, prompt: str, embedder_ref: str | Non
     return out
 
 
+# the channel's row: the default's LLM half (the default adds the change probe, trained on these pairs)
+CHANNEL_ROW = "channel: same vs later moment, scored"
+
+
 def rows(pairs: list[dict], evidence: dict[str, list[dict]], prompt: str, embedder_ref: str | None,
          same_state: float) -> dict[str, list[dict]]:
     """Decision rows: name -> per pair the `decide` output."""
@@ -159,7 +164,7 @@ def rows(pairs: list[dict], evidence: dict[str, list[dict]], prompt: str, embedd
     if greedy:
         out["orders (both orders asked)"] = [decide(g, prompt, None) for g in greedy]
     out["calibrated (scored, both orders)"] = [decide(s, prompt, None) for s in scored]
-    out["channel: same vs later moment, scored (the default)"] = [decide(c, prompt, None) for c in evidence["channel"]]
+    out[CHANNEL_ROW] = [decide(c, prompt, None) for c in evidence["channel"]]
     if similarity:
         if greedy:
             out[f"orders + {embedder_ref}"] = [decide({**g, **m}, prompt, same_state)

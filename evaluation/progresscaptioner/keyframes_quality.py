@@ -2,9 +2,9 @@
 
     python -m vi.evaluation.progresscaptioner.keyframes_quality real [--models M1,M2] [--show 10] [--threads N]
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
-        [--debias none,channel] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
-    python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2] [--debias channel,orders]
-        [--split measure4|measure3|measure2|measure|tune]
+        [--debias none,channel+probe] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
+    python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2]
+        [--debias channel,channel+probe] [--split measure6|measure5|measure4|measure3|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -27,9 +27,11 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure4 (the default; fourteen sequences), measure3 (fourteen) and measure2 (twelve), each
-written blind to the judge by a separate writer before any run on it (measure2 and measure3 are spent: the
-change probe of --debias probe is trained on them); measure (ten) and tune (eight), written in this project beside
+images). --split: measure6 (the default), measure5, measure4, measure3 (fourteen sequences each) and measure2
+(twelve), each written blind to the judge by a separate writer before any run on it (all are spent now: each
+has measured a design once; measure2 and measure3 train the change probe of --debias probe and channel+probe,
+measure4 set its spread, measure5 and measure6 chose channel+probe as the default); measure (ten) and tune
+(eight), written in this project beside
 the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
 read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
@@ -53,6 +55,7 @@ from rich.table import Table
 from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER, DEFAULT_LLM, SMALL_LLM
 from vi.core.models.chat import LLMSettings, load_llm
 from vi.pipelines.progresscaptioner import keyframes as kf
+from vi.pipelines.progresscaptioner.judge_progression import DEFAULT_DEBIAS
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO.parent / "shared" / "data" / "progcaptioner" / "output"
@@ -272,8 +275,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("real", "samples", "captions"))
     parser.add_argument("--models", default=DEFAULT_MODELS)
-    parser.add_argument("--debias", default="none,channel", help="the judges' --debias, comma-separated "
-                        "(none,channel: the paper's single ask beside the default)")
+    parser.add_argument("--debias", default=f"none,{DEFAULT_DEBIAS}", help="the judges' --debias, comma-separated "
+                        f"(none,{DEFAULT_DEBIAS}: the paper's single ask beside the default)")
     parser.add_argument("--reference", default="previous", help="vi keyframes --reference, comma-separated")
     parser.add_argument("--split", choices=SPLITS, default=SPLITS[0], help="captions: which set")
     parser.add_argument("--show", type=int, default=10)

@@ -14,8 +14,9 @@ the number of keyframes follows the content. Here (`--method progress`):
   completed", with the record's action): keyframes should show the task advancing, and this prompt is the
   one that says a change of viewpoint or hand position is no progression, which the pseudo-labelling prompt
   ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the
-  judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default channel:
-  the second caption scored as a later moment against as the same moment reworded), and only a decided
+  judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default
+  channel+probe: the second caption scored as a later moment against as the same moment reworded, plus a
+  change probe on the captions' sentence vectors), and only a decided
   change keeps a frame: uncertain does not. A small judge answers "progressed" to nearly every pair, in
   either order of the letters (issue 38); asked for a letter, it kept about as many redundant frames as
   random frames would.

@@ -55,13 +55,15 @@ def test_always_a_is_corrected_by_the_change_probe(state_probe):
 
 
 def test_channel_and_probe_each_in_their_spread_decide_together(state_probe):
-    """--debias channel+probe: the channel's score and the probe's log-odds, each over its spread, summed. A
-    channel that is wrong by a little either way is outweighed by a probe that is sure; a sure channel outweighs
-    an unsure probe; without likelihoods the probe decides alone."""
+    """--debias channel+probe (the default): the channel's score and the probe's log-odds, each over its spread,
+    summed. A channel that is wrong by a little either way is outweighed by a probe that is sure; a sure channel
+    outweighs an unsure probe; without likelihoods the probe decides alone."""
     judge = ChannelJudge({TEXTS[1]: -1.0, TEXTS[2]: 1.0})  # the channel alone gets both pairs wrong
-    alone = jp.judge_record(record(TEXTS), config(), [("j", ChannelJudge({TEXTS[1]: -1.0, TEXTS[2]: 1.0}))])
+    alone = jp.judge_record(record(TEXTS), config(debias="channel"),
+                            [("j", ChannelJudge({TEXTS[1]: -1.0, TEXTS[2]: 1.0}))])
     assert [p["change"] for p in alone["progression"]["pairs"]] == [False, True]
-    out = jp.judge_record(record(TEXTS), config(debias="channel+probe"), [("j", judge)])["progression"]
+    out = jp.judge_record(record(TEXTS), config(), [("j", judge)])["progression"]  # the default
+    assert out["debias"] == "channel+probe"
     assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
     first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
     assert first["method"] == second["method"] == "channel+probe"

@@ -117,7 +117,9 @@ def test_always_a_is_corrected_by_the_embedder(monkeypatch):
     texts = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
     fake = FakeEmbedder({texts[0]: 0.55, texts[1]: 0.93})
     monkeypatch.setattr(jp.ProgressionConfig, "text_embedder", lambda self: fake)
-    out = jp.judge_record(record(texts), config(same_state=0.8), [("j", AlwaysSays("A"))])["progression"]
+    # --debias channel on a backend without likelihoods falls back to both orders and the embedder
+    out = jp.judge_record(record(texts), config(debias="channel", same_state=0.8),
+                          [("j", AlwaysSays("A"))])["progression"]
     assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
     first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
     assert (first["method"], first["similarity"]) == ("orders+embedder", pytest.approx(0.55, abs=1e-4))
@@ -193,9 +195,10 @@ def test_own_prompt_needs_its_swapped_twin(tmp_path):
     own = tmp_path / "own.txt"
     own.write_text("### user\nAction ${action}. 1: ${desc1} 2: ${desc2}. A progressed, B not, C unsure.\n")
     with pytest.raises(ValueError, match="--swapped-prompt-file"):
-        config(prompt_file=own)
+        config(prompt_file=own, debias="orders")
     assert set(config(prompt_file=own, debias="none").templates) == {"paper"}
-    assert set(config(prompt_file=own, swapped_prompt_file=own).templates) == {"paper", "swapped"}
+    assert set(config(prompt_file=own).templates) == {"paper"}  # the default asks the paper's order only
+    assert set(config(prompt_file=own, swapped_prompt_file=own, debias="orders").templates) == {"paper", "swapped"}
     with pytest.raises(ValueError, match="--debias must be one of"):
         config(debias="sometimes")
 
@@ -206,8 +209,8 @@ def test_keyframes_follow_the_debiased_decision(monkeypatch):
     fake = FakeEmbedder({texts[0]: 0.4, texts[1]: 0.9})
     monkeypatch.setattr(kf, "load_embedder", lambda ref, device: fake)
     rec = record(texts)
-    # a backend without likelihoods: the default (channel) falls back to both orders and the embedder
-    out = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), AlwaysSays("A"))
+    # a backend without likelihoods: --debias channel falls back to both orders and the embedder
+    out = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL, debias="channel"), AlwaysSays("A"))
     assert [k["index"] for k in out["keyframes"]] == [0, 1]  # the always-A judge alone would keep all three
     method = out["keyframes_method"]
     assert method["debias"] == "channel" and method["answers"] == ["A", "B"]
@@ -217,17 +220,18 @@ def test_keyframes_follow_the_debiased_decision(monkeypatch):
     assert [k["index"] for k in old["keyframes"]] == [0, 1, 2]
     # a backend that scores: the channel decides, and no embedder is loaded
     monkeypatch.setattr(kf, "load_embedder", lambda ref, device: pytest.fail("channel needs no embedder"))
-    scored = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL), ChannelJudge({texts[1]: 4.0, texts[2]: -3.0}))
+    scored = kf.keyframes(rec, kf.KeyframesConfig(llm=SMOL, debias="channel"),
+                          ChannelJudge({texts[1]: 4.0, texts[2]: -3.0}))
     assert [k["index"] for k in scored["keyframes"]] == [0, 1]
     assert [v["method"] for v in scored["keyframes_method"]["verdicts"]] == ["channel"] * 2
 
 
 def test_channel_decides_by_the_captions_not_the_letter():
-    """A judge whose letter is always A: under --debias channel (the default) its letter is kept and has no
+    """A judge whose letter is always A: under --debias channel its letter is kept and has no
     say; the second caption's likelihood as a later moment against as the same moment decides."""
     texts = ["A whole lemon on a board.", "The lemon cut in half.", "The lemon cut in half, seen closer."]
     judge = ChannelJudge({texts[1]: 3.5, texts[2]: -2.0})
-    out = jp.judge_record(record(texts), config(), [("j", judge)])["progression"]
+    out = jp.judge_record(record(texts), config(debias="channel"), [("j", judge)])["progression"]
     assert out["debias"] == "channel"
     assert [p["change"] for p in out["pairs"]] == [True, False] and out["distinct"] == [0, 1]
     first, second = (p["verdicts"]["captions"]["j"] for p in out["pairs"])
@@ -255,8 +259,8 @@ def test_channel_decides_by_the_captions_not_the_letter():
 def test_channel_under_the_pseudo_prompt_and_its_margin():
     texts = ["A whole lemon on a board.", "The lemon cut in half."]
     judge = ChannelJudge({texts[1]: 0.0})
-    out = jp.judge_record(record(texts), jp.ProgressionConfig(llms=(SMOL,), prompt="pseudo", device="cpu"),
-                          [("j", judge)])["progression"]
+    out = jp.judge_record(record(texts), jp.ProgressionConfig(llms=(SMOL,), prompt="pseudo", device="cpu",
+                                                              debias="channel"), [("j", judge)])["progression"]
     verdict = out["pairs"][0]["verdicts"]["captions"]["j"]
     assert verdict["change"] is False and verdict["letter"] == "A"  # pseudo A: similar; a tie is no change
     assert {later for later, *_ in judge.scored} == {False, True}
@@ -278,10 +282,11 @@ def test_real_minilm_tells_a_rewording_from_a_change():
     """With the real embedder, a judge that always says A keeps the frames of a change and drops the
     rewordings; without the embedder (or without both orders) it cannot."""
     pairs = [("A whole lemon lies on the cutting board.", "The lemon has been sliced into thin wheels.", True),
-             ("A hand holds a knife next to a whole lemon.", "A whole lemon sits beside a knife held in a hand.", False),
+             ("A hand holds a knife next to a whole lemon.", "A whole lemon sits beside a knife held in a hand.",
+              False),
              ("The shoe's laces are untied and loose.", "The shoe's laces are tied in a neat bow.", True),
-             ("A closed jar of jam stands on the table.", "On the table stands a closed jar of jam, seen from the left.",
-              False)]
+             ("A closed jar of jam stands on the table.",
+              "On the table stands a closed jar of jam, seen from the left.", False)]
     embedder = jp.load_embedder("minilm-l6", "cpu")
     judged = [jp.PairJudge(AlwaysSays("A"), prompt="eval", embedder=embedder, same_state=jp.SAME_STATE)
               .verdict(a, b, action="make a snack") for a, b, _ in pairs]
@@ -301,13 +306,14 @@ def test_real_default_judge_channel_tells_a_rewording_from_a_change():
 
     pairs = [("A small hole has been dug in the soil of the garden bed.",
               "A tomato seedling now stands in the hole, with soil pressed around its stem.", "plant a seedling", True),
-             ("Two whole eggs sit next to an empty bowl.", "The eggs have been cracked and their yolks are in the bowl.",
-              "crack eggs", True),
+             ("Two whole eggs sit next to an empty bowl.",
+              "The eggs have been cracked and their yolks are in the bowl.", "crack eggs", True),
              ("A brush dipped in white paint is held near a grey, unpainted fence panel.",
               "Seen from a lower angle, the grey fence panel is still unpainted while a hand holds a paintbrush.",
               "paint a fence", False),
              ("A person holds a screwdriver against a loose shelf bracket.",
-              "The shelf bracket is still loose; the screwdriver is held slightly higher.", "fix a shelf bracket", False)]
+              "The shelf bracket is still loose; the screwdriver is held slightly higher.", "fix a shelf bracket",
+              False)]
     llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=2048, threads=2))
     judge = jp.PairJudge(llm, prompt="eval", debias="channel")
     assert judge.scores_captions
@@ -330,7 +336,7 @@ def test_offline_captions_are_judged_by_the_orders_not_the_channel(monkeypatch):
     offline["captions"]["kind"] = KIND
     offline["captions_vlm"] = {"model": "v", "items": [{"frame": i, "text": t} for i, t in enumerate(texts)]}
     judge = ChannelJudge({texts[1]: -5.0})  # the channel would say no change
-    out = jp.judge_record(offline, config(), [("j", judge)])["progression"]
+    out = jp.judge_record(offline, config(debias="channel"), [("j", judge)])["progression"]
     verdicts = out["pairs"][0]["verdicts"]
     assert verdicts["captions"]["j"]["method"] == "orders+embedder" and verdicts["captions"]["j"]["change"] is True
     assert verdicts["captions_vlm"]["j"]["method"] == "channel" and verdicts["captions_vlm"]["j"]["change"] is False
@@ -338,6 +344,6 @@ def test_offline_captions_are_judged_by_the_orders_not_the_channel(monkeypatch):
     assert jp.field_debias("none", offline["captions"]) == "none"  # an explicit choice stands
     monkeypatch.setattr(kf, "check_llm", lambda settings: None)
     monkeypatch.setattr(kf, "load_embedder", lambda ref, device: fake)
-    kept = kf.keyframes(offline, kf.KeyframesConfig(llm=SMOL), ChannelJudge({texts[1]: -5.0}))
+    kept = kf.keyframes(offline, kf.KeyframesConfig(llm=SMOL, debias="channel"), ChannelJudge({texts[1]: -5.0}))
     assert [k["index"] for k in kept["keyframes"]] == [0, 1]
     assert kept["keyframes_method"]["verdicts"][0]["method"] == "orders+embedder"

@@ -64,12 +64,13 @@ def judge(monkeypatch) -> StageJudge:
     llm = StageJudge()
     monkeypatch.setattr(kf.KeyframesConfig, "load_llm", lambda self: llm)
     monkeypatch.setattr(kf, "check_llm", lambda settings: None)
-    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: None)  # this judge's two orders agree
+    # the selector is the point here, so the judge is asked in both orders (which agree) and no embedder
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: None)
     return llm
 
 
 def test_progress_keeps_frame_0_and_each_new_stage(judge):
-    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL))
+    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL, debias="orders"))
     assert [k["index"] for k in out["keyframes"]] == [0, 2, 5]
     assert [k["time"] for k in out["keyframes"]] == [0.0, 2.0, 5.0]
     assert [k["caption"] for k in out["keyframes"]] == STAGE_TEXT
@@ -80,7 +81,7 @@ def test_progress_keeps_frame_0_and_each_new_stage(judge):
 
 
 def test_progress_compares_the_captions_of_each_window(judge):
-    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL))
+    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL, debias="orders"))
     # every pair was read from its own window (t-1, t): both captions end "(window t-1)"
     assert all(a.endswith(f"(window {t})") and b.endswith(f"(window {t})") for t, (a, b) in enumerate(judge.pairs))
     assert out["keyframes_method"]["captions"] == "pairwise"
@@ -90,7 +91,7 @@ def test_progress_compares_the_captions_of_each_window(judge):
 
 def test_pseudo_prompt_and_an_uncertain_answer_keeps_nothing(judge, monkeypatch):
     monkeypatch.setattr(judge, "chat", lambda *a, **k: ChatReply('{"answer": "C"}', 0, 0, "stop"))
-    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL, prompt="pseudo"))
+    out = kf.keyframes(sequence(), kf.KeyframesConfig(llm=SMOL, debias="orders", prompt="pseudo"))
     assert [k["index"] for k in out["keyframes"]] == [0] and out["keyframes_method"]["action"] is None
 
 
@@ -98,10 +99,10 @@ def test_progress_needs_a_caption_for_every_frame(judge):
     record = sequence()
     del record["captions"]["items"][3]
     with pytest.raises(RecordError, match="frame 3 has no caption in 'captions'"):
-        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, debias="orders"))
     del record["captions"]
     with pytest.raises(RecordError, match="no 'captions' captions"):
-        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+        kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, debias="orders"))
 
 
 class LevelJudge(StageJudge):
@@ -123,22 +124,22 @@ def test_the_last_keyframe_as_reference_catches_a_slow_change(judge, monkeypatch
     monkeypatch.setattr(kf.KeyframesConfig, "load_llm", lambda self: levels)
     record = {"id": "glass", "action": "fill a glass", "captions": {"model": "test", "kind": "test", "items": [
         {"frame": t, "text": f"The glass is {10 * t}% full of water."} for t in range(6)]}}
-    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, debias="orders"))
     assert [k["index"] for k in out["keyframes"]] == [0] and out["keyframes_method"]["reference"] == "previous"
     levels.pairs.clear()
-    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, reference="keyframe"))
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, debias="orders", reference="keyframe"))
     assert [k["index"] for k in out["keyframes"]] == [0, 2, 4]
     # each frame was judged against the last keyframe: 0-1, 0-2, then 2-3, 2-4, then 4-5
     assert [(level(a), level(b)) for a, b in levels.pairs] == [(0, 10), (0, 20), (20, 30), (20, 40), (40, 50)]
     assert out["keyframes_method"]["reference"] == "keyframe"
     with pytest.raises(ValueError, match="--reference must be one of previous, keyframe"):
-        kf.KeyframesConfig(llm=SMOL, reference="first")
+        kf.KeyframesConfig(llm=SMOL, debias="orders", reference="first")
 
 
 def test_the_last_keyframe_as_reference_on_window_captions(judge):
     """With per-window captions, a pair of adjacent frames is still read from its window; a keyframe
     further back is compared by each frame's own first caption ("mixed")."""
-    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL, reference="keyframe"))
+    out = kf.keyframes(sequence(pairwise=True), kf.KeyframesConfig(llm=SMOL, debias="orders", reference="keyframe"))
     assert [k["index"] for k in out["keyframes"]] == [0, 2, 5]
     assert out["keyframes_method"]["captions"] == "mixed"
     # frame 3 against keyframe 2: adjacent, from their window (2, 3); frame 4 against keyframe 2: first captions
@@ -165,7 +166,7 @@ def test_uniform_spacing_and_its_count():
 def test_captions_alone_make_a_sequence(judge):
     record = sequence()
     del record["frames"]  # the release's sequences: captions, no frames
-    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL))
+    out = kf.keyframes(record, kf.KeyframesConfig(llm=SMOL, debias="orders"))
     assert [(k["index"], k["time"]) for k in out["keyframes"]] == [(0, None), (2, None), (5, None)]
 
 
@@ -187,7 +188,7 @@ def stage_photos(folder) -> list[dict]:
 def test_captions_made_here_come_from_each_window(tmp_path, judge):
     record = sequence(frames=stage_photos(tmp_path))
     del record["captions"]
-    config = kf.KeyframesConfig(llm=SMOL, captioner="offline", device="cpu")
+    config = kf.KeyframesConfig(llm=SMOL, debias="orders", captioner="offline", device="cpu")
     out = kf.keyframes(record, config)
     assert out["keyframes_method"]["captions"] == "pairwise" and len(judge.pairs) == 5
     assert out["keyframes"][0]["index"] == 0 and "captions" not in out  # the captions stay the stage's own
