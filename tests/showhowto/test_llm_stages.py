@@ -289,7 +289,8 @@ def test_the_default_model_extracts_ordered_plausible_steps(pressure_cooker):
     done = run_vi("extract-steps", "-q", stdin=json.dumps(pressure_cooker) + "\n", timeout=900)
     steps = jsonl(done.stdout)[0]["steps"]
     items = steps["items"]
-    assert steps["segmentation"] == "filtered" and len(steps["line_labels"]) == len(pressure_cooker["transcript"]["segments"])
+    assert steps["segmentation"] == "filtered"
+    assert len(steps["line_labels"]) == len(pressure_cooker["transcript"]["segments"])
     assert steps["grounding"] == "said"  # each step where its words are said, not where it was cited
     assert len(items) >= 3 and "potato" in steps["title"].lower()
     assert all(0 <= s["start"] <= s["end"] <= 135.1 for s in items)
@@ -310,4 +311,22 @@ def test_the_filter_asks_for_its_explanation_before_its_label():
     examples = [m["content"] for m in load_prompt("filter_instructional", None, ("title", "transcript")).render(
         title="t", transcript="x") if m["role"] == "assistant"]
     assert examples and all(e.index('"explanation"') < e.index('"answer"') for e in examples)
-    assert parse_answer('{"explanation": "A vlog of a weekend.", "answer": "No"}', "r") == (False, "A vlog of a weekend.")
+    reply = '{"explanation": "A vlog of a weekend.", "answer": "No"}'
+    assert parse_answer(reply, "r") == (False, "A vlog of a weekend.")
+
+
+def test_the_default_model_scores_actions_above_remarks_written_for_this_test():
+    """--drop-remarks with the embedded default model (step_remarks.py): on step-list lines written for this test
+    (not from any measured set), each action is kept and each remark (an opinion, a look at the result, the
+    goodbye, a story) is likelier as a remark by more than the margin, so it goes."""
+    from vi.core.models.catalog import DEFAULT_LLM
+    from vi.core.models.chat import LLMSettings, load_llm
+    from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, instruction_scores
+
+    actions = ["Water the plant a day before repotting.", "Loosen the root ball with your fingers.",
+               "Add two inches of fresh potting mix to the new pot.", "Tap the pot on the table so the soil settles."]
+    remarks = ["Honestly this is my favourite pot, I've had it for years.", "Look how happy it looks now.",
+               "Thanks so much for watching, see you next week.", "I killed my first one doing this, so yeah."]
+    llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=1024, threads=2))
+    scores = instruction_scores(llm, "How to Repot a Houseplant", actions + remarks)
+    assert min(scores[:4]) > 1.0 and max(scores[4:]) < -REMARK_MARGIN, scores
