@@ -211,6 +211,7 @@ PROBE_FILE = "progression_probe.json"  # --debias probe's weights (model_configs
 # channel+probe without likelihoods is the probe alone: neither asks a second order
 ONE_ORDER = ("none", "probe", "channel+probe")  # the debias methods that ask the paper's prompt only
 CHANNELS = ("channel", "channel+probe")  # the debias methods that score the second caption under the hypotheses
+PROBE_READERS = ("probe", "channel+probe")  # the debias methods that read the change probe (and so its embedder)
 # channel+probe's units, each signal's standard deviation where it was not fitted: the default judge's
 # (qwen2.5-coder-1.5b) channel scores, 8.2 nats on the judge's pair sets (150 scores) and 7.3 on measure4;
 # the probe's log-odds, 0.73 on measure4 (its weights were trained on the sets before). Equal weight in
@@ -406,7 +407,7 @@ class PairJudge:
             if self.debias == "channel+probe":
                 evidence.update(method="channel+probe", probe=self.probe_log_odds(desc1, desc2))
             return evidence
-        if self.debias in ("probe", "channel+probe"):
+        if self.debias in PROBE_READERS:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
             return {"method": "probe", "letters": {"paper": letter}, "probe": self.probe_log_odds(desc1, desc2)}
@@ -465,8 +466,7 @@ class PairJudge:
 def needs_embedder(debias: str, llm: ChatBackend) -> bool:
     """The embedder decides under probe, channel+probe, orders and calibrated, and under channel on a backend that
     falls back to orders."""
-    return debias in ("probe", "channel+probe", "orders", "calibrated") or (debias == "channel"
-                                                                            and not gives_likelihoods(llm))
+    return debias in (*PROBE_READERS, "orders", "calibrated") or (debias == "channel" and not gives_likelihoods(llm))
 
 
 def cached_pair_judge(cache: dict, llm: ChatBackend, debias: str, *, prompt: str, templates: dict | None,
@@ -488,7 +488,7 @@ def field_debias(debias: str, captions: object) -> str:
     trained on descriptions, is not given them either."""
     from vi.pipelines.progresscaptioner.offline_captioner import KIND
 
-    if debias in ("channel", "probe", "channel+probe") and isinstance(captions, dict) and captions.get("kind") == KIND:
+    if debias in {*CHANNELS, *PROBE_READERS} and isinstance(captions, dict) and captions.get("kind") == KIND:
         return "orders"
     return debias
 
@@ -585,7 +585,7 @@ def check_debias(debias: str, embedder: str, same_state: float, device: str) -> 
     """A bad --same-state is exit 2, a missing --embedder exit 5: before any record. Loads nothing."""
     if not -1.0 <= same_state <= 1.0:
         raise ValueError(f"--same-state is a cosine similarity, in [-1, 1]; got {same_state}")
-    if debias in ("probe", "channel+probe") and embedder != load_change_probe().embedder:
+    if debias in PROBE_READERS and embedder != load_change_probe().embedder:
         raise ValueError(f"--debias {debias} reads {load_change_probe().embedder}'s vectors (its weights were trained "
                          f"on them): give --embedder {load_change_probe().embedder}, not {embedder}")
     if debias != "none" and embedder != "none":

@@ -18,9 +18,10 @@ that scores text (llama.cpp); a server or transformers backend keeps every step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 from vi.core.models.chat import ChatBackend, gives_likelihoods
-from vi.pipelines.common.chat_prompt import load_prompt
+from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_remark"}
 # Dropping a true step costs more than keeping a remark, so a step goes only when its text is likelier as a
@@ -31,13 +32,18 @@ HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_re
 REMARK_MARGIN = 1.0
 
 
+@cache
+def hypothesis_prompts() -> dict[str, ChatPrompt]:
+    """The two packaged requests (HYPOTHESES), read once per process."""
+    return {name: load_prompt(template, needs=("title",)) for name, template in HYPOTHESES.items()}
+
+
 def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> list[float] | None:
     """log P(text | an action) - log P(text | a remark) for each written step, in nats; None where the
     backend does not score text."""
     if not gives_likelihoods(llm):
         return None
-    requests = {name: load_prompt(template, needs=("title",)).render(title=title)
-                for name, template in HYPOTHESES.items()}
+    requests = {name: prompt.render(title=title) for name, prompt in hypothesis_prompts().items()}
     scores = []
     for text in texts:
         action, remark = (float(llm.option_log_probs(requests[name], [text])[0]) for name in ("action", "remark"))
