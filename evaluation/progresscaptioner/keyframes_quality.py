@@ -27,11 +27,11 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure7 (the default), measure6, measure5, measure4, measure3 (fourteen sequences each) and measure2
-(twelve), each written blind to the judge by a separate writer before any run on it (all but measure7 are spent
-now: each has measured a design once; measure2 and measure3 train the change probe of --debias probe and channel+probe,
-measure4 set its spread, measure5 and measure6 chose channel+probe as the default); measure (ten) and tune
-(eight), written in this project beside
+images). --split: measure7 (the default), measure6, measure5, measure4, measure3 (fourteen sequences each) and
+measure2 (twelve), each written blind to the judge by a separate writer before any run on it (all are spent now:
+measure2 and measure3 train the change probe of --debias probe and channel+probe, measure4 set its spread, measure5
+and measure6 chose channel+probe as the default, measure7 measured that default and chose nothing); measure (ten)
+and tune (eight), written in this project beside
 the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
 read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
