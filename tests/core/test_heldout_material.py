@@ -53,3 +53,16 @@ def test_narrations_put_each_line_in_one_class(path):
                     assert owner.setdefault(i, kind) == kind, (record["id"], i, kind, owner[i])
         if truth.get("instructional", True) and truth["steps"]:
             assert sorted(owner) == list(range(len(segments))), (record["id"], "lines in no class")
+
+
+FILTER_SETS = sorted((ROOT / "showhowto" / "heldout").glob("filter_*.jsonl"))
+
+
+@pytest.mark.parametrize("path", FILTER_SETS, ids=lambda p: p.name)
+def test_filter_transcripts_are_how_tos_exactly_where_their_truth_says(path):
+    items = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len({i["id"] for i in items}) == len(items)
+    for item in items:
+        assert item["kind"] in {"how-to", "vlog", "review", "talk", "news"}, item["id"]
+        assert item["truth"] is (item["kind"] == "how-to"), item["id"]
+        assert item["title"].strip() and len(item["text"]) > 200, item["id"]
