@@ -1,16 +1,21 @@
 """`vi filter-instructional` on held-out transcripts: accuracy per kind, and whether each label agrees
 with the model's own explanation.
 
-Two sets, kept apart:
-- measure (heldout/filter_transcripts.jsonl, the default): 20 transcripts written for measuring only and
-  never looked at while designing: how-tos with asides, self-corrections and "I'm going to", vlogs that
-  do physical things (moving, an allotment, a nursery makeover), reviews, unboxings, a lecture, a
-  podcast, a conference talk, news. The first 12 were written for stop 40, the last 8 for issue 38's
-  filter redesign, before any of its runs;
+Three sets, kept apart:
+- blind2 (heldout/filter_transcripts_2.jsonl, the default): 18 transcripts written for measuring only by a
+  helper who read nothing of the project, committed before any run on them, for reading explanations by
+  their stance (issue 38, eleventh pass): 9 how-tos (list-like recipes, chatty routines, repairs) and 9
+  vlogs, reviews, an unboxing, talks and news that mention physical work or say "how to";
+- measure (heldout/filter_transcripts.jsonl): 20 transcripts written for measuring only, spent: how-tos
+  with asides, self-corrections and "I'm going to", vlogs that do physical things (moving, an allotment, a
+  nursery makeover), reviews, unboxings, a lecture, a podcast, a conference talk, news. The first 12 were
+  written for stop 40, the last 8 for issue 38's two-question design, before any of its runs;
 - tune (heldout/filter_tune.jsonl): 8 transcripts of the same kinds that a design may be tried on.
-Neither shares a transcript with the prompt's worked examples.
+None shares a transcript with the prompt's worked examples. Each row also gives the label the stage gave
+before explanations were read by their stance (from the answer word written after them), on the same
+replies, so the two are compared on one run.
 
-    python -m vi.evaluation.showhowto.filter_quality [--set measure|tune] [--llm qwen2.5-coder-1.5b]
+    python -m vi.evaluation.showhowto.filter_quality [--set blind2|measure|tune] [--llm qwen2.5-coder-1.5b]
 """
 
 from __future__ import annotations
@@ -22,15 +27,60 @@ import re
 import sys
 from pathlib import Path
 
-SETS = {"measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
+SETS = {"blind2": Path(__file__).parent / "heldout" / "filter_transcripts_2.jsonl",
+        "measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
         "tune": Path(__file__).parent / "heldout" / "filter_tune.jsonl"}
-# a reason that calls the video one of these (and does not negate it) argues for "No"
+# A reason that calls the video one of these (and does not negate it) argues for "No"; one that says it
+# teaches or demonstrates, and none of these, argues for "Yes". A reader independent of the model's.
 NOT_HOWTO = re.compile(r"\b(vlog|review|unboxing|talk|lecture|interview|podcast|news|opinion|diary|day in)", re.I)
+HOWTO = re.compile(r"\b(demonstrat|teach|shows? (the viewer )?how|step[- ]by[- ]step|tutorial|instructions)", re.I)
 
 
 def reason_says_no(reason: str) -> bool:
     lowered = reason.lower()
     return bool(NOT_HOWTO.search(lowered)) or "not instructional" in lowered or "not a demonstration" in lowered
+
+
+def agrees_with_reason(label: bool, reason: str) -> bool:
+    """Whether the label agrees with its reason as the patterns above read it (both ways)."""
+    says_no = reason_says_no(reason)
+    return not says_no if label else says_no or not HOWTO.search(reason)
+
+
+def before_stances(config, record: dict, decision: dict) -> dict:
+    """The decision the stage made before explanations were read by their stance, on the same replies: the
+    answer word written after each explanation says what it argues. Where that decision needs the opposite
+    question written and this run did not write it, it is written now (greedy, the stage's seed)."""
+    from vi.core.seeding import record_seed
+    from vi.pipelines.showhowto import filter_instructional as fi
+
+    def answer(asked: dict) -> fi.Answer:
+        yes = None if "answer" not in asked else asked["answer"] == "Yes"
+        return fi.Answer(yes, asked.get("explanation", ""), asked.get("log_odds"))
+
+    paper, negated = answer(decision["paper"]), answer(decision["negated"])
+    score = fi.combined_score(paper, negated)
+    if negated.yes is None and (score is None or (score > 0) != paper.yes):
+        excerpt = fi.transcript_excerpt(record, config)
+        opposite = config.negated_template.render(title=record["title"], transcript=excerpt)
+        seed = record_seed(config.seed, record["id"]) % 2**32
+        negated = fi.Answer(*fi.written(config.load_llm(), opposite, record["id"], seed), negated.log_odds)
+    decided = fi.decide(paper, negated)
+    return {"label": decided["label"], "reason": decided["reason"], "method": decided["decision"]["method"]}
+
+
+def summary(rows: list[dict], key: str) -> dict:
+    """Accuracy, balanced and per kind, and labels against their reason, of the labels under rows[i][key]."""
+    kinds = sorted({r["kind"] for r in rows})
+    right = [r[key]["label"] == r["truth"] for r in rows]
+    return {"balanced_accuracy": round(sum(sum(ok for ok, r in zip(right, rows) if r["truth"] is t)
+                                           / max(1, sum(r["truth"] is t for r in rows)) for t in (True, False)) / 2, 3),
+            "accuracy": round(sum(right) / len(rows), 3),
+            "per_kind": {k: f"{sum(ok for ok, r in zip(right, rows) if r['kind'] == k)}/"
+                            f"{sum(r['kind'] == k for r in rows)}" for k in kinds},
+            "decided_by": {m: sum(str(r[key]["method"]) == m for r in rows)
+                           for m in sorted({str(r[key]["method"]) for r in rows})},
+            "label_against_its_reason": sum(not agrees_with_reason(r[key]["label"], r[key]["reason"]) for r in rows)}
 
 
 def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None = None, interleave: bool = False,
@@ -48,32 +98,27 @@ def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None
         record = {"id": item["id"], "title": item["title"],
                   "transcript": {"segments": [{"start": 0.0, "end": 60.0, "text": item["text"]}]}}
         got = fi.classify(record, config)["instructional"]
-        print(f"{item['id']}: {got['label']} ({(got.get('decision') or {}).get('method')})", file=sys.stderr, flush=True)
+        decision = got.get("decision") or {}
+        print(f"{item['id']}: {got['label']} ({decision.get('method')})", file=sys.stderr, flush=True)
         if save is not None:  # each row as it comes: a run cut short keeps what it measured
             with save.open("a") as out:
                 out.write(json.dumps({"id": item["id"], "kind": item["kind"], "truth": item["truth"], **got}) + "\n")
-        agrees = got["label"] != reason_says_no(got["reason"]) if got["label"] else True
-        decision = got.get("decision") or {}
-        rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
-                     "reason": got["reason"], "agrees_with_reason": agrees, "method": decision.get("method"),
-                     **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}})
-    kinds = sorted({r["kind"] for r in rows})
-    methods = sorted({str(r["method"]) for r in rows})
-    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows),
-            "balanced_accuracy": round(sum(sum(r["label"] == r["truth"] for r in rows if r["truth"] is t)
-                                           / max(1, sum(r["truth"] is t for r in rows)) for t in (True, False)) / 2, 3),
-            "decided_by": {m: sum(str(r["method"]) == m for r in rows) for m in methods},
-            "accuracy": round(sum(r["label"] == r["truth"] for r in rows) / len(rows), 3),
-            "per_kind": {k: f"{sum(r['label'] == r['truth'] for r in rows if r['kind'] == k)}/"
-                            f"{sum(r['kind'] == k for r in rows)}" for k in kinds},
-            "label_against_its_reason": sum(not r["agrees_with_reason"] for r in rows), "rows": rows}
+        row = {"id": item["id"], "kind": item["kind"], "truth": item["truth"],
+               "now": {"label": got["label"], "reason": got["reason"], "method": decision.get("method")},
+               **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}}
+        if ask == "both" and "score" in decision:
+            row["before"] = before_stances(config, record, decision)
+        rows.append(row)
+    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), "now": summary(rows, "now"),
+            **({"before (answer words, not stances)": summary(rows, "before")}
+               if all("before" in r for r in rows) else {}), "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
-    parser.add_argument("--set", choices=sorted(SETS), default="measure",
-                        help="measure: the held-out transcripts (never designed on); tune: the ones a design may see")
+    parser.add_argument("--set", choices=list(SETS), default="blind2",
+                        help="blind2: measure only (the default); measure: spent; tune: the ones a design may see")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the cores, at most 8)")
