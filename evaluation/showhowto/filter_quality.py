@@ -3,17 +3,16 @@ with the model's own explanation.
 
 Three sets, kept apart:
 - blind2 (heldout/filter_transcripts_2.jsonl, the default): 18 transcripts written for measuring only by a
-  helper who read nothing of the project, committed before any run on them, for reading explanations by
-  their stance (issue 38, eleventh pass): 9 how-tos (list-like recipes, chatty routines, repairs) and 9
-  vlogs, reviews, an unboxing, talks and news that mention physical work or say "how to";
+  helper who read nothing of the project, committed before any run on them: 9 how-tos (list-like recipes,
+  chatty routines, repairs) and 9 vlogs, reviews, an unboxing, talks and news that mention physical work
+  or say "how to". Spent: it measured a design (explanations read by their stance, issue 38's eleventh
+  pass, not kept) and the default, on the same replies;
 - measure (heldout/filter_transcripts.jsonl): 20 transcripts written for measuring only, spent: how-tos
   with asides, self-corrections and "I'm going to", vlogs that do physical things (moving, an allotment, a
   nursery makeover), reviews, unboxings, a lecture, a podcast, a conference talk, news. The first 12 were
   written for stop 40, the last 8 for issue 38's two-question design, before any of its runs;
 - tune (heldout/filter_tune.jsonl): 8 transcripts of the same kinds that a design may be tried on.
-None shares a transcript with the prompt's worked examples. Each row also gives the label the stage gave
-before explanations were read by their stance (from the answer word written after them), on the same
-replies, so the two are compared on one run.
+None shares a transcript with the prompt's worked examples.
 
     python -m vi.evaluation.showhowto.filter_quality [--set blind2|measure|tune] [--llm qwen2.5-coder-1.5b]
 """
@@ -47,40 +46,18 @@ def agrees_with_reason(label: bool, reason: str) -> bool:
     return not says_no if label else says_no or not HOWTO.search(reason)
 
 
-def before_stances(config, record: dict, decision: dict) -> dict:
-    """The decision the stage made before explanations were read by their stance, on the same replies: the
-    answer word written after each explanation says what it argues. Where that decision needs the opposite
-    question written and this run did not write it, it is written now (greedy, the stage's seed)."""
-    from vi.core.seeding import record_seed
-    from vi.pipelines.showhowto import filter_instructional as fi
-
-    def answer(asked: dict) -> fi.Answer:
-        yes = None if "answer" not in asked else asked["answer"] == "Yes"
-        return fi.Answer(yes, asked.get("explanation", ""), asked.get("log_odds"))
-
-    paper, negated = answer(decision["paper"]), answer(decision["negated"])
-    score = fi.combined_score(paper, negated)
-    if negated.yes is None and (score is None or (score > 0) != paper.yes):
-        excerpt = fi.transcript_excerpt(record, config)
-        opposite = config.negated_template.render(title=record["title"], transcript=excerpt)
-        seed = record_seed(config.seed, record["id"]) % 2**32
-        negated = fi.Answer(*fi.written(config.load_llm(), opposite, record["id"], seed), negated.log_odds)
-    decided = fi.decide(paper, negated)
-    return {"label": decided["label"], "reason": decided["reason"], "method": decided["decision"]["method"]}
-
-
-def summary(rows: list[dict], key: str) -> dict:
-    """Accuracy, balanced and per kind, and labels against their reason, of the labels under rows[i][key]."""
+def summary(rows: list[dict]) -> dict:
+    """Accuracy, balanced and per kind, how each label was decided, and labels against their reason."""
     kinds = sorted({r["kind"] for r in rows})
-    right = [r[key]["label"] == r["truth"] for r in rows]
+    right = [r["label"] == r["truth"] for r in rows]
     return {"balanced_accuracy": round(sum(sum(ok for ok, r in zip(right, rows) if r["truth"] is t)
                                            / max(1, sum(r["truth"] is t for r in rows)) for t in (True, False)) / 2, 3),
             "accuracy": round(sum(right) / len(rows), 3),
             "per_kind": {k: f"{sum(ok for ok, r in zip(right, rows) if r['kind'] == k)}/"
                             f"{sum(r['kind'] == k for r in rows)}" for k in kinds},
-            "decided_by": {m: sum(str(r[key]["method"]) == m for r in rows)
-                           for m in sorted({str(r[key]["method"]) for r in rows})},
-            "label_against_its_reason": sum(not agrees_with_reason(r[key]["label"], r[key]["reason"]) for r in rows)}
+            "decided_by": {m: sum(str(r["method"]) == m for r in rows)
+                           for m in sorted({str(r["method"]) for r in rows})},
+            "label_against_its_reason": sum(not agrees_with_reason(r["label"], r["reason"]) for r in rows)}
 
 
 def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None = None, interleave: bool = False,
@@ -103,22 +80,17 @@ def run(llm: str, which: str = "measure", ask: str = "both", threads: int | None
         if save is not None:  # each row as it comes: a run cut short keeps what it measured
             with save.open("a") as out:
                 out.write(json.dumps({"id": item["id"], "kind": item["kind"], "truth": item["truth"], **got}) + "\n")
-        row = {"id": item["id"], "kind": item["kind"], "truth": item["truth"],
-               "now": {"label": got["label"], "reason": got["reason"], "method": decision.get("method")},
-               **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}}
-        if ask == "both" and "score" in decision:
-            row["before"] = before_stances(config, record, decision)
-        rows.append(row)
-    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), "now": summary(rows, "now"),
-            **({"before (answer words, not stances)": summary(rows, "before")}
-               if all("before" in r for r in rows) else {}), "rows": rows}
+        rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
+                     "reason": got["reason"], "method": decision.get("method"),
+                     **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}})
+    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), **summary(rows), "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=list(SETS), default="blind2",
-                        help="blind2: measure only (the default); measure: spent; tune: the ones a design may see")
+                        help="blind2 (the default), measure: held out, each measured once (spent); tune: for designing")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the cores, at most 8)")

@@ -20,19 +20,14 @@ A preferred word now argues for "how-to" in one question and against it in the o
   opposite question's sign flipped: score = (paper - opposite) / 2, a how-to above 0. A bias toward
   one word adds the same to both and cancels. The paper's question is written out (its explanation
   is the reason); the opposite one only scored (a prompt evaluation, no constrained reply, which is
-  what costs), and written out only where the score disagrees with what the paper's explanation
-  argues, for the reason. What an explanation argues is read the same way, not from the answer word
-  written after it (the 1.5B model wrote "The video demonstrates how to make overnight oats" and then
-  Yes to "is it mainly something else?"): its stance is (log-odds of Yes after it under the paper's
-  question - under the opposite's) / 2, a how-to above 0. The label is the score's where a written
-  explanation argues for it; where every explanation argues the other way, they outweigh the score
-  (read before the model has said anything of the video; near zero on a list-like recipe);
+  what costs), and written out only where the score overrules the paper's written answer, for the
+  reason. Where both written answers say the opposite of the score, they decide;
 - where it cannot (a server, transformers), from the two written answers: Yes to one and No to the
   other is their common answer; the same word to both is no evidence either way: not instructional,
   marked uncertain (a filter keeps how-tos; a doubtful video costs less set aside than mined).
-The reason written is always an explanation that argues for the label, and `decision` records each
-question's answer, explanation, log-odds and stance, the score, and which rule decided. `--ask paper`
-asks the paper's question alone (one request, its answer as it is).
+The reason written is always the explanation of a written answer that argues for the label, and
+`decision` records each question's answer, explanation and log-odds, the score, and which rule
+decided. `--ask paper` asks the paper's question alone (one request, its answer as it is).
 
 A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
 without asking the model: there is no narration to mine steps from.
@@ -127,25 +122,20 @@ def parse_answer(text: str, record_id: object) -> tuple[bool, str]:
 class Answer:
     """One question's reply: whether it answered Yes (None: not asked to write one), its explanation,
     and, where the backend scores answers, log P(Yes) - log P(No) at the answer read before any
-    explanation, and the explanation's stance (`explanation_stance`)."""
+    explanation."""
 
     yes: bool | None
     explanation: str = ""
     log_odds: float | None = None
-    stance: float | None = None
 
     def as_json(self) -> dict:
         return {**({"answer": "Yes" if self.yes else "No", "explanation": self.explanation}
                    if self.yes is not None else {}),
-                **({"log_odds": round(self.log_odds, 3)} if self.log_odds is not None else {}),
-                **({"stance": round(self.stance, 3)} if self.stance is not None else {})}
+                **({"log_odds": round(self.log_odds, 3)} if self.log_odds is not None else {})}
 
-    def argues_howto(self, negated: bool) -> bool | None:
-        """What the explanation argues of the video: its stance's sign where it was read, else the answer
-        written after it (under the opposite question Yes means not a how-to); None: nothing written."""
-        if self.yes is None:
-            return None
-        return self.stance > 0 if self.stance is not None else self.yes != negated
+    def says_howto(self, negated: bool) -> bool | None:
+        """What the written answer says of the video: under the opposite question Yes means not a how-to."""
+        return None if self.yes is None else self.yes != negated
 
 
 def combined_score(paper: Answer, negated: Answer) -> float | None:
@@ -158,30 +148,28 @@ def combined_score(paper: Answer, negated: Answer) -> float | None:
 
 def decide(paper: Answer, negated: Answer | None) -> dict:
     """The `instructional` fields from the questions' answers, pure (see the module's docstring).
-    `negated` None: the paper's question alone. The reason is always an explanation that argues for
-    the label (by its stance where read, else by the answer written after it)."""
+    `negated` None: the paper's question alone. The reason is always an explanation whose written
+    answer argues for the label."""
     if negated is None:
         return {"label": paper.yes, "reason": paper.explanation,
                 "decision": {"method": "paper", "paper": paper.as_json()}}
     asked = {"paper": paper.as_json(), "negated": negated.as_json()}
     score = combined_score(paper, negated)
-    papers, opposites = paper.argues_howto(negated=False), negated.argues_howto(negated=True)
-    said = "explanation" if paper.stance is not None else "answer"  # what was read of each reply
-    if score is not None:  # the likelihoods decide; the reason is an explanation that agrees
+    opposite = negated.says_howto(negated=True)
+    if score is not None:  # the likelihoods decide; the reason is a written answer that agrees
         label = score > 0
         scored = {"score": round(score, 3), **asked}
-        if papers == label:
+        if paper.yes == label:
             return {"label": label, "reason": paper.explanation,
-                    "decision": {"method": f"log-odds of both questions; the paper's {said} agrees", **scored}}
-        if opposites == label:
+                    "decision": {"method": "log-odds of both questions; the paper's answer agrees", **scored}}
+        if opposite == label:
             return {"label": label, "reason": negated.explanation,
-                    "decision": {"method": f"log-odds of both questions; the paper's {said} overruled", **scored}}
-        if opposites is not None:  # both replies argue the other way: they outweigh the scores
-            return {"label": papers, "reason": paper.explanation,
-                    "decision": {"method": "both written answers agree, against the log-odds" if said == "answer"
-                                 else "both explanations agree, against the log-odds", **scored}}
+                    "decision": {"method": "log-odds of both questions; the paper's answer overruled", **scored}}
+        if opposite is not None:  # both written answers say the other thing: they outweigh the scores
+            return {"label": paper.yes, "reason": paper.explanation,
+                    "decision": {"method": "both written answers agree, against the log-odds", **scored}}
         raise ValueError("the opposite question's written answer is needed where the paper's disagrees")
-    if papers == opposites:  # Yes to one, No to the other: both say the same of the video
+    if paper.yes == opposite:  # Yes to one, No to the other: both say the same of the video
         return {"label": paper.yes, "reason": paper.explanation,
                 "decision": {"method": "both questions agree", **asked}}
     # The same word to opposite questions, and no likelihoods to weigh them: no evidence either way.
@@ -189,28 +177,13 @@ def decide(paper: Answer, negated: Answer | None) -> dict:
             "decision": {"method": "questions disagree; uncertain, set aside", "uncertain": True, **asked}}
 
 
-def scored_log_odds(llm, messages: list[dict[str, str]], reply_prefix: str = ANSWER_FIRST) -> float | None:
-    """log P(Yes) - log P(No) as the reply's answer after `reply_prefix` (by default its start, before any
-    explanation), where the backend scores answers (llama.cpp's `option_log_probs`); None where it cannot."""
+def scored_log_odds(llm, messages: list[dict[str, str]]) -> float | None:
+    """log P(Yes) - log P(No) as the reply's answer, read at its start (before any explanation), where
+    the backend scores answers (llama.cpp's `option_log_probs`); None where it cannot."""
     if not gives_likelihoods(llm):
         return None
-    log_yes, log_no = llm.option_log_probs(messages, list(ANSWERS), reply_prefix)
+    log_yes, log_no = llm.option_log_probs(messages, list(ANSWERS), ANSWER_FIRST)
     return float(log_yes - log_no)
-
-
-def after_explanation(explanation: str) -> str:
-    """The reply up to its answer, once `explanation` is written (as the prompts' worked examples write it)."""
-    return json.dumps({"explanation": explanation})[:-1] + ', "answer": "'
-
-
-def explanation_stance(llm, asking: list[dict[str, str]], opposite: list[dict[str, str]],
-                       explanation: str) -> float | None:
-    """What `explanation` argues, read by both questions: (log-odds of Yes after it under the paper's
-    question - under the opposite's) / 2, above 0 a how-to. As in the score, a bias toward one answer
-    word cancels, so the stance reads the explanation, not the word the model prefers after it."""
-    prefix = after_explanation(explanation)
-    paper, other = scored_log_odds(llm, asking, prefix), scored_log_odds(llm, opposite, prefix)
-    return None if paper is None or other is None else (paper - other) / 2
 
 
 def written(llm, messages: list[dict[str, str]], record_id: object, seed: int) -> tuple[bool, str]:
@@ -230,18 +203,14 @@ def classify(record: dict, config: FilterConfig) -> dict:
     paper = Answer(*written(llm, asking, record["id"], seed))
     negated = None
     if config.ask == "both":
+        # scored right after its reply, the paper's answer costs a few tokens (the prompt is cached)
+        paper = Answer(paper.yes, paper.explanation, scored_log_odds(llm, asking))
         opposite = config.negated_template.render(title=title, transcript=excerpt)
-        # Scored in this order, each prompt's evaluation serves the next scoring (its cache is kept): the
-        # paper's answer and explanation cost a few tokens after the written reply, the opposite's prompt once.
-        log_odds = scored_log_odds(llm, asking)
-        paper = Answer(paper.yes, paper.explanation, log_odds,
-                       explanation_stance(llm, asking, opposite, paper.explanation))
         negated = Answer(None, log_odds=scored_log_odds(llm, opposite))
         score = combined_score(paper, negated)
         # written (a constrained reply: the costly part) only where a reason or the vote needs it
-        if score is None or (score > 0) != paper.argues_howto(negated=False):
-            yes, explanation = written(llm, opposite, record["id"], seed)
-            negated = Answer(yes, explanation, negated.log_odds, explanation_stance(llm, asking, opposite, explanation))
+        if score is None or (score > 0) != paper.yes:
+            negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
     decided = decide(paper, negated)
     return {"instructional": {"label": decided["label"], "reason": decided["reason"], "model": config.llm,
                               "decision": decided["decision"]}}

@@ -41,32 +41,20 @@ class AlwaysYes:
 
 
 class ScoringAlwaysYes(AlwaysYes):
-    """Always Yes when sampled, and scored answers with a bias toward Yes (BIAS) plus what is read: at the
-    answer read first, what the video says (`evidence` > 0: a how-to); after an explanation, what the
-    explanation says (+2 where it says "how to", else -2). Log-odds of Yes = BIAS + that to the paper's
-    question, BIAS - that to its opposite."""
+    """Always Yes when sampled, and scored answers with a bias toward Yes (BIAS) plus what the video
+    says (`evidence` > 0: a how-to): log-odds of Yes = BIAS + evidence to the paper's question,
+    BIAS - evidence to its opposite."""
 
     BIAS = 3.0
 
-    def __init__(self, explanation: str, evidence: float, opposite_explanation: str | None = None):
+    def __init__(self, explanation: str, evidence: float):
         super().__init__(explanation)
-        self.evidence, self.scored, self.opposite_explanation = evidence, [], opposite_explanation
-
-    def chat(self, messages, *, schema=None, max_tokens=512, temperature=0.0, seed=0):
-        if negated(messages) and self.opposite_explanation:
-            self.calls.append(messages)
-            return ChatReply(json.dumps({"explanation": self.opposite_explanation, "answer": "Yes"}), 0, 0, "stop")
-        return super().chat(messages, schema=schema, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        self.evidence, self.scored = evidence, []
 
     def option_log_probs(self, messages, options, reply_prefix=""):
-        assert list(options) == ["Yes", "No"]
-        if reply_prefix == fi.ANSWER_FIRST:
-            self.scored.append(messages)
-            said = self.evidence
-        else:  # the reply up to its answer, after an explanation
-            explanation = json.loads(reply_prefix + 'Yes"}')["explanation"]
-            said = 2.0 if "how to" in explanation else -2.0
-        odds = self.BIAS + (-said if negated(messages) else said)
+        assert list(options) == ["Yes", "No"] and reply_prefix == fi.ANSWER_FIRST
+        self.scored.append(messages)
+        odds = self.BIAS + (-self.evidence if negated(messages) else self.evidence)
         return [odds, 0.0]
 
 
@@ -110,58 +98,19 @@ def test_a_judge_that_always_says_yes_does_not_label_a_vlog_instructional(monkey
 def test_a_yes_bias_in_the_scored_answers_cancels_and_the_content_decides(monkeypatch, evidence, label):
     # The judge's Yes outweighs the content in each question alone (3 vs 1): it writes Yes to both, and
     # scored alone each question would say Yes. Combined, (paper - opposite) / 2 leaves the content.
-    judge = ScoringAlwaysYes("It is about a moving day." if not label else "It shows how to oil a hinge.", evidence)
+    judge = ScoringAlwaysYes("It is about a moving day.", evidence)
     out = classify(VLOG if not label else HOWTO, judge, monkeypatch)
     assert out["label"] is label
     assert out["decision"]["score"] == pytest.approx(evidence)
     assert out["decision"]["paper"]["log_odds"] == pytest.approx(3.0 + evidence)
     assert out["decision"]["negated"]["log_odds"] == pytest.approx(3.0 - evidence)
     assert "uncertain" not in out["decision"] and len(judge.scored) == 2
-    assert out["decision"]["paper"]["stance"] == pytest.approx(2.0 if label else -2.0)  # its explanation, read
-    # the paper's explanation argues what the score says: one reply written, the opposite question only scored
-    assert out["decision"]["method"] == "log-odds of both questions; the paper's explanation agrees"
-    assert len(judge.calls) == 1 and "answer" not in out["decision"]["negated"]
-
-
-def test_explanations_that_argue_how_to_outweigh_a_near_zero_score_and_the_word_written_after_them(monkeypatch):
-    # Set 9's overnight oats: scored before any explanation, the two questions differed by 0.03 nats (a
-    # score of -0.015, "not a how-to"); the model then explained "The video demonstrates how to make
-    # overnight oats" to both questions and answered Yes to both, so the opposite question's Yes agreed
-    # with the score and the video was set aside with a reason that argues for a how-to. Read by both
-    # questions, each explanation's stance says how-to, and the two outweigh the score.
-    judge = ScoringAlwaysYes("The video demonstrates how to make overnight oats.", -0.015)
-    out = classify(HOWTO, judge, monkeypatch)
-    assert out["label"] is True and "how to" in out["reason"]
-    assert out["decision"]["method"] == "both explanations agree, against the log-odds"
-    assert out["decision"]["score"] == pytest.approx(-0.015)
-    assert out["decision"]["paper"]["stance"] == out["decision"]["negated"]["stance"] == pytest.approx(2.0)
-    # Without the stances (the answer words read instead), the opposite question's Yes sets it aside
-    paper, other = (fi.Answer(a["answer"] == "Yes", a["explanation"], a["log_odds"])
-                    for a in (out["decision"]["paper"], out["decision"]["negated"]))
-    before = fi.decide(paper, other)
-    assert before["label"] is False and "how to" in before["reason"]
-
-
-def test_an_explanation_that_argues_for_the_score_keeps_it_whatever_word_follows(monkeypatch):
-    # The paper's question explains "a vlog" and then writes its favourite word, Yes; the score says not a
-    # how-to. Its explanation agrees with the score, so it is the reason and nothing more is written.
-    judge = ScoringAlwaysYes("It is a vlog of a moving day.", -0.07)
-    out = classify(VLOG, judge, monkeypatch)
-    assert out["label"] is False and out["reason"] == "It is a vlog of a moving day."
-    assert out["decision"]["paper"]["answer"] == "Yes"
-    assert out["decision"]["method"] == "log-odds of both questions; the paper's explanation agrees"
-    assert len(judge.calls) == 1
-
-
-def test_an_explanation_against_the_score_is_overruled_where_the_opposite_one_argues_for_it(monkeypatch):
-    # The camera unboxing: the paper's question explains "shows how to open and use the camera", Yes; the score
-    # says not a how-to. The opposite question is written, and its explanation (an unboxing) agrees: the score
-    # stands, with that explanation as the reason.
-    judge = ScoringAlwaysYes("It shows how to open and use the camera.", -0.07, "It is an unboxing of a camera.")
-    out = classify(VLOG, judge, monkeypatch)
-    assert out["label"] is False and out["reason"] == "It is an unboxing of a camera."
-    assert out["decision"]["method"] == "log-odds of both questions; the paper's explanation overruled"
-    assert out["decision"]["negated"]["stance"] == pytest.approx(-2.0) and len(judge.calls) == 2
+    if label:  # the paper's written Yes agrees: one reply written, the opposite question only scored
+        assert out["decision"]["method"] == "log-odds of both questions; the paper's answer agrees"
+        assert len(judge.calls) == 1 and "answer" not in out["decision"]["negated"]
+    else:  # the paper's Yes is overruled: the opposite question's reply is written for the reason
+        assert out["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
+        assert len(judge.calls) == 2 and out["decision"]["negated"]["answer"] == "Yes"
 
 
 def test_written_answers_that_agree_outweigh_scores_that_say_otherwise():
