@@ -3,9 +3,9 @@ evaluation/showhowto/dynamicrafter_golden.py from github soCzech/ShowHowTo at 29
 outside the project on the tiny model of evaluation/showhowto/tiny_model with seeded random weights):
 a release file loads strictly and saves back key for key, the U-Net and predict.py's whole sampling
 (encoders, conditions, DDIM with guidance, eta 0 and 1, the random draws in the release's order,
-decoding) give the release's numbers to 1e-4 in fp32 on a CPU, and `vi generate` runs such a file
-end to end on the release's prompt file. The autoencoder, OpenCLIP encoders and Resampler have their
-goldens in test_generator_vae.py and test_generator_encoders.py."""
+decoding) give the release's numbers in fp32 on a CPU (the U-Net to 1e-4, the whole sampling to 5e-4),
+and `vi generate` runs such a file end to end on the release's prompt file. The autoencoder, OpenCLIP
+encoders and Resampler have their goldens in test_generator_vae.py and test_generator_encoders.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ from vi.pipelines.showhowto.generator_model import Source, load, read_state, to_
 DATA = Path(__file__).parent / "data" / "dynamicrafter"
 CONFIG = Path(__file__).parents[2] / "evaluation" / "showhowto" / "tiny_model"
 TOLERANCE = 1e-4
+# The whole sampling: fp32 rounding, amplified by guidance 7.5 over the DDIM steps, differs with the CPU's
+# kernels: 6-8e-5 on the machine the goldens were checked on, 1.1-1.2e-4 on an AMD EPYC (outputs up to 8;
+# evaluation/showhowto/RESULTS.md). A sampler that differs from the release's (a draw out of order, another
+# schedule) is off by more than 1e-2.
+SAMPLING_TOLERANCE = 5e-4
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +114,7 @@ def test_sampling_is_predict_pys_with_the_same_seed(model, golden, eta):
     reference = s["out"][0, 0].transpose(0, 1)  # (T, 3, H, W)
     error = (out[0] - reference).abs().max().item()
     print(f"sample {eta}: max abs difference {error:.2e} (outputs up to {reference.abs().max():.1f})")
-    assert error <= TOLERANCE
+    assert error <= SAMPLING_TOLERANCE
     # a sequence's images depend on its own seed, not on its batch
     other = torch.rand(1, 3, 16, 16) * 2 - 1
     both = G.generate(model, torch.cat([s["image"], other]), [list(s["prompts"]), ["a", "b", "c"]], sampling,
