@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository root, where probe f
 DRIFT = 1e-4  # a retrain's weights within this of the packaged ones are the same probe (float rounding)
 
 
+def cpu_text_embedder(ref: str):
+    """The sentence embedder `ref` on the CPU, loaded once per process: the probes are trained where CI runs."""
+    from vi.core.devices import resolve_placement
+    from vi.core.models.text_embedding import load_text_embedder
+
+    return load_text_embedder(ref, resolve_placement("cpu"))
+
+
 def fit_logistic(vectors, classes: Sequence[int], l2: float, steps: int = 30) -> tuple[Any, float]:
     """Weights and bias of an L2-regularised logistic regression (L2 on the weights, not the bias), the two
     classes weighted to count equally (the log-odds carry no prior), fitted exactly by Newton's method."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.linear_probe import LinearProbe
-from vi.evaluation.probe_training import add_file_flags, auc, fit_logistic, keep_file
+from vi.evaluation.probe_training import add_file_flags, auc, cpu_text_embedder, fit_logistic, keep_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = Path(__file__).resolve().parent / "heldout"
@@ -54,18 +54,11 @@ def pairs(split: str) -> list[tuple[str, str, int]]:
             for i in range(len(items) - 1)]
 
 
-def embedder():
-    from vi.core.devices import resolve_placement
-    from vi.core.models.text_embedding import load_text_embedder
-
-    return load_text_embedder(EMBEDDER, resolve_placement("cpu"))
-
-
 def differences(rows: Sequence[tuple[str, str, int]]):
     """The second caption's vector minus the first's, per pair, as the stage computes them."""
     from vi.pipelines.progresscaptioner.judge_progression import caption_differences
 
-    return caption_differences(embedder(), [(a, b) for a, b, _ in rows])
+    return caption_differences(cpu_text_embedder(EMBEDDER), [(a, b) for a, b, _ in rows])
 
 
 def train(splits: Sequence[str] = TRAIN_SPLITS, l2: float = L2) -> dict:

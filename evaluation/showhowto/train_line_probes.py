@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
-from vi.evaluation.probe_training import add_file_flags, auc, fit_logistic, keep_file
+from vi.evaluation.probe_training import add_file_flags, auc, cpu_text_embedder, fit_logistic, keep_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD_OUT = "evaluation/showhowto/heldout/extract_transcripts{}.jsonl"
@@ -98,18 +98,11 @@ def labelled_lines(spec: ProbeSpec, paths: Sequence[Path]) -> tuple[list[str], l
     return [t for t, _ in pairs], [y for _, y in pairs]
 
 
-def embedder():
-    from vi.core.devices import resolve_placement
-    from vi.core.models.text_embedding import load_text_embedder
-
-    return load_text_embedder(EMBEDDER, resolve_placement("cpu"))
-
-
 def train(kind: str) -> dict:
     """The `kind` probe's file contents, from its training files."""
     spec = PROBES[kind]
     texts, classes = labelled_lines(spec, [ROOT / f for f in spec.train_files])
-    weights, bias = fit_logistic(embedder().encode(texts), classes, spec.l2)
+    weights, bias = fit_logistic(cpu_text_embedder(EMBEDDER).encode(texts), classes, spec.l2)
     one, zero = spec.names
     return {"about": f"vi extract-steps' {kind} probe: a logistic regression on the sentence embedder's vector "
                      f"of one narration line; log-odds of {one} against {zero} (classes weighted equally). Made by "
@@ -131,7 +124,7 @@ def measure(kind: str, probe: dict, paths: Sequence[Path]) -> list[str]:
     out = []
     for path in paths:
         texts, classes = labelled_lines(spec, [path])
-        scores = model.log_odds(embedder().encode(texts))
+        scores = model.log_odds(cpu_text_embedder(EMBEDDER).encode(texts))
         said = [s > 0 for s in scores]
         ones, zeros = sum(classes), len(classes) - sum(classes)
         trained = " (trained on)" if str(path.relative_to(ROOT)) in spec.train_files else ""
