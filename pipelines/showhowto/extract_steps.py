@@ -193,12 +193,12 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.grounds_by_text or self.line_probes:  # a missing embedder is exit 5 before any record
+        if self.grounds_by_text or self.line_probes or self.reads_opening:  # a missing embedder: exit 5 first
             from vi.core.models.resolve import resolve
 
             if self.grounds_by_text:
                 resolve(self.text_model, "text-embedding")
-            for kind in self.line_probes:
+            for kind in self.line_probes + (("talk",) if self.reads_opening else ()):
                 resolve(load_line_probe(kind).embedder, "text-embedding")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
@@ -218,6 +218,20 @@ class ExtractConfig(LLMConfig):
         if self.segmentation not in ("filtered", "labels"):
             return ()
         return tuple(kind for kind, on in (("talk", self.talk_probe), ("start", self.start_probe)) if on)
+
+    @property
+    def reads_opening(self) -> bool:
+        """Whether the talk probe reads each chunk's first line beside the label pass (narration_labels.
+        labels_from_scores says why): with the label pass, unless --talk-probe reads every line already."""
+        return self.segmentation in ("filtered", "labels") and not self.talk_probe
+
+    def opening_talk(self, text: str) -> float:
+        """The talk probe's log-odds that `text`, a chunk's first line, is talk."""
+        from vi.core.models.text_embedding import load_text_embedder
+
+        probe = load_line_probe("talk")
+        embedder = load_text_embedder(probe.embedder, resolve_placement(self.device))
+        return float(probe.log_odds(embedder.encode([text]))[0])
 
     def probe_readings(self, texts: list[str]) -> dict[str, tuple[list[float], float]]:
         """Each line probe that is on: (its log-odds for each of `texts`, the label pass's weight beside them),
@@ -462,7 +476,8 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     (narration_probe.py) that are on; those of its core's lines are also added to
     `labels`, by line number."""
     texts = [s.text for s in chunk.segments]
-    shown = label_lines(plan.llm, plan.title, texts, plan.record_id)
+    shown = label_lines(plan.llm, plan.title, texts, plan.record_id,
+                        opening_talk=config.opening_talk if config.reads_opening else None)
     if config.line_probes and any(m.get("probs") for m in shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)

@@ -71,7 +71,8 @@ CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context al
 
 def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
-                       alone: bool = True) -> list[dict[str, Any]]:
+                       alone: bool = True, opening_talk: Callable[[str], float] | None = None
+                       ) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -89,6 +90,16 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     window the model continues the labels it has just given, so a closing line after a run of steps
     ("And that's it, you're ready to ride") reads as one more step; read alone it is talk. Alone, a
     line cannot be MORE (no step above it), so that reading only has a say on TALK.
+
+    The first line is shown with no earlier line, so its two readings are one text, read once. Its second
+    view is `opening_talk(line)`, where given: the log-odds of TALK from a reader that does not see where
+    the line stands (the talk probe, narration_probe.py), added to the label pass's. Why: both labelled
+    examples open on a greeting, so to the model a first line is talk: on blind set 11 every clean clip (each
+    line one step, the first already a step) lost its first step, P(TALK) 0.59-0.67, while the openings of
+    47 full narrations (sets 1-7, 10, 11) read 0.72-1.0. The probe reads those clips' first lines at -1.4 to
+    -3.5 and the openings at -0.5 to +5.0; summed with the model's, every opening stays talk (+1.5 or more)
+    and every clip's first line is a step. Counted twice, as before, the model's own reading pushed 0.6 to
+    0.7. Measured on blind set 12: evaluation/showhowto/RESULTS.md, twelfth pass.
     """
     prefix, out = label_examples() + video_header(title), []
     for n, line in enumerate(texts, 1):
@@ -99,7 +110,12 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             scores = [a - float(b) for a, b in zip(scores, score(context + f"[{n}] {CONTENT_FREE} ->"))]
         probs = softmax(scores)
         mark = {}
-        if alone:
+        if alone and n == 1 and opening_talk is not None:
+            said = float(opening_talk(line))
+            seen = 1.0 / (1.0 + math.exp(-said)) if said > -700 else 0.0
+            probs = with_talk(probs, talk_of_two(float(probs[-1]), seen))
+            mark["probe"] = round(seen, 3)
+        elif alone and n > 1:
             read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
@@ -126,9 +142,13 @@ def both_readings(in_window: Sequence[float], alone: Sequence[float]) -> list[fl
     """P(STEP, MORE, TALK) of a line read in its window and alone: TALK against not-TALK by the sum of
     both readings' log-odds (two views of one line, each read as evidence, as naive Bayes does with
     independent ones), then STEP against MORE as the window reads them (alone, no step is above)."""
-    talk_window, talk_alone = float(in_window[-1]), float(alone[-1])
-    yes, no = talk_window * talk_alone, (1.0 - talk_window) * (1.0 - talk_alone)
-    return with_talk(in_window, yes / (yes + no) if yes + no > 0 else talk_window)
+    return with_talk(in_window, talk_of_two(float(in_window[-1]), float(alone[-1])))
+
+
+def talk_of_two(first: float, second: float) -> float:
+    """P(TALK) from two views' P(TALK): their log-odds summed (the first's where the two contradict certainly)."""
+    yes, no = first * second, (1.0 - first) * (1.0 - second)
+    return yes / (yes + no) if yes + no > 0 else first
 
 
 def with_talk(probs: Sequence[float], talk: float) -> list[float]:
@@ -138,8 +158,8 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
     return [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
 
 
-def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None = LABEL_WINDOW,
-                          calibrate: bool = False) -> list[dict[str, Any]]:
+def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None
+                          ) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -154,7 +174,7 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], window: int | None 
         return [float(log_probs[first_token[label]]) for label in LABELS]
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
-        return labels_from_scores(score, title, texts, window, calibrate)
+        return labels_from_scores(score, title, texts, opening_talk=opening_talk)
 
 
 def labels_schema(count: int) -> dict:
@@ -181,12 +201,14 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
     return [{"label": label} for label in labels]
 
 
-def label_lines(llm, title: str, texts: list[str], record_id: object = None) -> list[dict[str, Any]]:
-    """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only)."""
+def label_lines(llm, title: str, texts: list[str], record_id: object = None,
+                opening_talk: Callable[[str], float] | None = None) -> list[dict[str, Any]]:
+    """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
+    `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position (in process only)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts)
+        return _labels_by_likelihood(llm, title, texts, opening_talk)
     return _labels_by_reply(llm, title, texts, record_id)

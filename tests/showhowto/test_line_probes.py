@@ -109,7 +109,7 @@ def fake_marks(labels: list[str]) -> list[dict]:
 def stand_in_passes(monkeypatch, marks: list[dict], probe_log_odds: list[float]) -> None:
     """The label pass gives `marks`; every line probe that is on reads `probe_log_odds`, beside the packaged
     weight of the label pass."""
-    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id: marks)
+    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id, opening_talk=None: marks)
     monkeypatch.setattr(es.ExtractConfig, "probe_readings", lambda self, texts: {
         kind: (probe_log_odds, load_line_probe(kind).llm_weight) for kind in self.line_probes})
 
@@ -178,3 +178,14 @@ def test_both_probes_read_one_encoding_of_the_lines(monkeypatch):
     readings = config.probe_readings(["Hello there.", "Cut the lemon."])
     assert set(readings) == {"talk", "start"} and len(encoded) == 1
     assert readings["start"][1] == load_line_probe("start").llm_weight
+
+
+def test_the_stage_reads_a_chunks_first_line_with_the_talk_probe_unless_it_reads_every_line():
+    """The talk probe reads the opening line of each chunk beside the label pass (narration_labels.
+    labels_from_scores says why), on the embedded minilm-l6: a greeting is talk, a clip's first step is not;
+    with --talk-probe it reads every line already (with_probes), so not a second time."""
+    config = es.ExtractConfig(llm="smollm2-135m")
+    assert config.reads_opening and not es.ExtractConfig(llm="smollm2-135m", talk_probe=True).reads_opening
+    assert not es.ExtractConfig(llm="smollm2-135m", segmentation="model").reads_opening
+    assert config.opening_talk("Hey everyone, welcome back to the channel.") > 0
+    assert config.opening_talk("Rinse the apple under cold water and pat it dry.") < 0

@@ -155,8 +155,9 @@ def test_a_closing_line_after_a_run_of_steps_is_talk_when_read_alone_too():
     assert window_only == ["TALK", "STEP", "STEP", "STEP", "STEP", "MORE"]  # the failure: the outro goes on
     both = labels_from_scores(continuing_scorer, "A shelf", SHELF)
     assert [m["label"] for m in both] == ["TALK", "STEP", "STEP", "STEP", "STEP", "TALK"]
-    for mark in both:
+    for mark in both[1:]:
         assert abs(sum(mark["probs"]) - 1) < 0.01 and abs(sum(mark["alone"]) - 1) < 0.01
+    assert "alone" not in both[0]  # shown no earlier line, the first line was read alone already: once
 
 
 def test_talk_needs_both_readings_and_the_window_alone_tells_step_from_more():
@@ -169,3 +170,38 @@ def test_talk_needs_both_readings_and_the_window_alone_tells_step_from_more():
     assert probs[0] / probs[1] == pytest.approx(0.2 / 0.7)  # the window's split of not-TALK
     closing = both_readings(np.array([0.68, 0.1, 0.22]), np.array([0.11, 0.04, 0.85]))  # bike tyre's outro
     assert LABELS[int(np.argmax(closing))] == "TALK"
+
+
+def first_line_is_talk_scorer(text: str) -> np.ndarray:
+    """A label pass with the habit the labelled examples teach (both open on a greeting): a line with no
+    earlier line shown reads as talk (P(TALK) about 0.54) whatever it says; a greeting is talk anywhere."""
+    video = text.rsplit('Video: "', 1)[-1]
+    line = video.rsplit("\n", 1)[-1]
+    if re.search(r"\b(hi|welcome)\b", line, re.I):
+        return np.array([1.0, -1.0, 3.0])
+    return np.array([1.0, -1.0, 1.3 if video.count("\n[") == 1 else -2.0])
+
+
+def words_say_talk(line: str) -> float:
+    """A reader blind to position, as the talk probe is: the line's words alone."""
+    return 3.0 if re.search(r"\b(hi|welcome)\b", line, re.I) else -3.0
+
+
+CLIP = ["Rinse the apple under the tap.", "Peel the orange.", "Cut the fruit into a bowl."]
+
+
+def test_a_clips_first_line_is_a_step_when_a_reader_blind_to_position_says_so():
+    """A clean clip opens on a step: the label pass alone calls it talk for where it stands (all four
+    clean clips of blind set 11 lost their first step), and read once, not twice (its "alone" reading is
+    the same text). The talk probe's reading of its words, added as the second view, makes it a STEP; a
+    greeting that opens a narration stays TALK."""
+    alone = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", CLIP)
+    assert [m["label"] for m in alone] == ["TALK", "STEP", "STEP"]  # the failure
+    assert alone[0]["probs"][-1] == pytest.approx(0.543, abs=1e-3)  # read once: 0.585 counted twice
+    seen = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", CLIP, opening_talk=words_say_talk)
+    assert [m["label"] for m in seen] == ["STEP", "STEP", "STEP"] and seen[0]["probe"] == pytest.approx(0.047, abs=1e-3)
+    greeting = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", ["Hi, welcome back."] + CLIP,
+                                  opening_talk=words_say_talk)
+    assert [m["label"] for m in greeting] == ["TALK", "STEP", "STEP", "STEP"]
+    # only the first line is read by it: the other lines have an earlier line and two readings of their own
+    assert all("probe" not in m and "alone" in m for m in seen[1:])
