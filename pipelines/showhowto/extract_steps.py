@@ -586,6 +586,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if kind in config.line_probes else None
                    for kind in ("talk", "start")}
+        method["opening_probe"] = load_line_probe("talk").embedder if config.reads_opening else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}

@@ -135,6 +135,7 @@ def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_pro
     assert ("Buy a three-dollar patch kit." in texts) is not talk_probe
     assert out["line_labels"][13] == ("TALK" if talk_probe else "MORE")
     assert out["talk_probe"] == ("minilm-l6" if talk_probe else None) and out["start_probe"] is None
+    assert out["opening_probe"] == (None if talk_probe else "minilm-l6")  # --talk-probe reads the first line too
     assert texts.count("Step 1.") == 1 and len(texts) == 6 + (not talk_probe)
 
 
