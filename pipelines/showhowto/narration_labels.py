@@ -21,7 +21,9 @@ How the labels are read depends on the backend:
   the window); llama.cpp keeps the cache of the examples, so a line costs the window's tokens
   (the cache is reset at each record, so a record's labels do not depend on the one before);
   each line is read a second time alone, with no earlier line, and TALK needs the evidence of
-  both readings (labels_from_scores says why: a closing line read in a run of steps);
+  both readings (labels_from_scores says why: a closing line read in a run of steps); the first
+  line, alone already, is read once, and its second view is a reader blind to position (the talk
+  probe, given by the caller: labels_from_scores says why: a clip that opens on a step);
 - a server or transformers: one chat request with the same examples, the reply constrained to
   `{"labels": [one label per line]}`.
 """
