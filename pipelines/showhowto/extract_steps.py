@@ -227,19 +227,17 @@ class ExtractConfig(LLMConfig):
 
     def opening_talk(self, text: str) -> float:
         """The talk probe's log-odds that `text`, a chunk's first line, is talk."""
-        from vi.core.models.text_embedding import load_text_embedder
+        return float(self.probe_readings([text], ("talk",))["talk"][0][0])
 
-        probe = load_line_probe("talk")
-        embedder = load_text_embedder(probe.embedder, resolve_placement(self.device))
-        return float(probe.log_odds(embedder.encode([text]))[0])
-
-    def probe_readings(self, texts: list[str]) -> dict[str, tuple[list[float], float]]:
-        """Each line probe that is on: (its log-odds for each of `texts`, the label pass's weight beside them),
-        as narration_probe.with_probes takes them; the texts are encoded once per embedder."""
+    def probe_readings(self, texts: list[str], kinds: tuple[str, ...] | None = None
+                       ) -> dict[str, tuple[list[float], float]]:
+        """Each line probe of `kinds` (default: those that are on): (its log-odds for each of `texts`, the label
+        pass's weight beside them), as narration_probe.with_probes takes them; the texts are encoded once per
+        embedder."""
         from vi.core.models.text_embedding import load_text_embedder
 
         vectors, out = {}, {}
-        for kind in self.line_probes:
+        for kind in self.line_probes if kinds is None else kinds:
             probe = load_line_probe(kind)
             if probe.embedder not in vectors:
                 embedder = load_text_embedder(probe.embedder, resolve_placement(self.device))

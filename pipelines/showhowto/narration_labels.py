@@ -113,8 +113,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
         probs = softmax(scores)
         mark = {}
         if alone and n == 1 and opening_talk is not None:
-            said = float(opening_talk(line))
-            seen = 1.0 / (1.0 + math.exp(-said)) if said > -700 else 0.0
+            seen = sigmoid(float(opening_talk(line)))
             probs = with_talk(probs, talk_of_two(float(probs[-1]), seen))
             mark["probe"] = round(seen, 3)
         elif alone and n > 1:
@@ -138,6 +137,10 @@ def softmax(scores: Sequence[float]) -> list[float]:
     exps = [math.exp(float(x) - top) for x in scores]
     total = sum(exps)
     return [x / total for x in exps]
+
+
+def sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
 def both_readings(in_window: Sequence[float], alone: Sequence[float]) -> list[float]:

@@ -35,6 +35,7 @@ from functools import cache
 from typing import Any
 
 from vi.core.models.linear_probe import LinearProbe
+from vi.pipelines.showhowto.narration_labels import labelled, sigmoid, with_talk
 
 PROBE_FILES = {"talk": "narration_talk_probe.json",  # talk (1) against a step's line (0)
                "start": "narration_start_probe.json"}  # a step's first line (1) against its later ones (0)
@@ -61,10 +62,6 @@ def log_odds(p: float, floor: float = 1e-6) -> float:
     return math.log(p / (1.0 - p))
 
 
-def sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
-
-
 def with_probes(marks: Sequence[dict[str, Any]], talk: tuple[Sequence[float], float] | None = None,
                 start: tuple[Sequence[float], float] | None = None) -> list[dict[str, Any]]:
     """The label pass's marks decided again with the probes' readings, each given as (the probe's
@@ -74,8 +71,6 @@ def with_probes(marks: Sequence[dict[str, Any]], talk: tuple[Sequence[float], fl
       log(P(STEP) / P(MORE)), within the share that is not TALK.
     A mark without probabilities (a server's label) is left as it is: there is no confidence of the
     model's to weigh. A changed mark keeps each probe's own probability as `probe` (talk) and `start`."""
-    from vi.pipelines.showhowto.narration_labels import labelled, with_talk
-
     out = []
     for k, mark in enumerate(marks):
         probs = mark.get("probs")
