@@ -582,9 +582,11 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         extra["line_labels"] = line_labels
     method = {"grounding": config.grounding, "remarks": remarks} if config.segmentation == "filtered" else {}
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
-        method |= {f"{kind}_probe": load_line_probe(kind).embedder if kind in config.line_probes else None
+        # a server's labels are one reply, without the likelihoods a probe's reading is summed with: no probe read
+        scored = any(mark.get("probs") for mark in labels.values())
+        method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
                    for kind in ("talk", "start")}
-        method["opening_probe"] = load_line_probe("talk").embedder if config.reads_opening else None
+        method["opening_probe"] = load_line_probe("talk").embedder if scored and config.reads_opening else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}

@@ -139,6 +139,22 @@ def test_a_step_written_from_talk_the_labels_call_a_step_is_dropped_with_the_pro
     assert texts.count("Step 1.") == 1 and len(texts) == 6 + (not talk_probe)
 
 
+@pytest.mark.parametrize("talk_probe", [True, False])
+def test_a_servers_labels_are_read_by_no_probe_and_the_record_says_so(talk_probe, monkeypatch):
+    """A server's label pass is one reply, with no likelihoods to sum a probe's reading with: the labels stand
+    as replied, and the record names no probe (before, it named the embedder of every probe that was on)."""
+    record = TRANSCRIPTS["bike_tyre"]
+    truth = truth_labels(record)
+    use_llm(CopyingLLM(truth), monkeypatch)
+    replied = [{"label": label} for label in truth]  # a reply's labels: no "probs"
+    replied[13] = {"label": "MORE"}
+    stand_in_passes(monkeypatch, replied, [3.0 if label == "TALK" else -3.0 for label in truth])
+    config = es.ExtractConfig(llm="smollm2-135m", talk_probe=talk_probe, start_probe=True)
+    out = es.extract(record, config)["steps"]
+    assert out["line_labels"][13] == "MORE"  # the probes, sure it is talk, were not applied
+    assert (out["talk_probe"], out["start_probe"], out["opening_probe"]) == (None, None, None)
+
+
 @pytest.mark.parametrize("start_probe", [True, False])
 def test_a_new_action_the_labels_call_more_starts_its_own_step_with_the_start_probe(start_probe, monkeypatch):
     """The model lists every line (the copy the 1.5B model makes of messy narration), so each copied
