@@ -4,7 +4,7 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,channel+probe] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2]
-        [--debias channel,channel+probe] [--split measure7|measure6|measure5|measure4|measure3|measure2|measure|tune]
+        [--debias channel,channel+probe] [--split measure8|measure7|measure6|measure5|measure4|measure3|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -27,10 +27,11 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure7 (the default), measure6, measure5, measure4, measure3 (fourteen sequences each) and
-measure2 (twelve), each written blind to the judge by a separate writer before any run on it (all are spent now:
-measure2 and measure3 train the change probe of --debias probe and channel+probe, measure4 set its spread, measure5
-and measure6 chose channel+probe as the default, measure7 measured that default and chose nothing); measure (ten)
+images). --split: measure8 (the default), measure7, measure6, measure5, measure4, measure3 (fourteen sequences
+each) and measure2 (twelve), each written blind to the judge by a separate writer before any run on it (measure2
+and measure3 train the change probe of --debias probe and channel+probe, measure4 set its spread, measure5 and
+measure6 chose channel+probe as the default, measure7 measured that default and chose nothing, measure5-7 chose
+vi keyframes' --keep-bias; measure8 measures it); measure (ten)
 and tune (eight), written in this project beside
 the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
 read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
@@ -238,7 +239,7 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure7", "measure6", "measure5", "measure4", "measure3", "measure2", "measure", "tune")
+SPLITS = ("measure8", "measure7", "measure6", "measure5", "measure4", "measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 
