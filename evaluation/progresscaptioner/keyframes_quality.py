@@ -4,7 +4,8 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality samples [--models M1,M2] [--n 24] [--seed 0]
         [--debias none,channel+probe] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2]
-        [--debias channel,channel+probe] [--split measure8|measure7|measure6|measure5|measure4|measure3|measure2|measure|tune]
+        [--debias channel,channel+probe] [--keep-bias 0,0.5]
+        [--split measure8|measure7|measure6|measure5|measure4|measure3|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -56,7 +57,7 @@ from rich.table import Table
 from vi.core.models.catalog import DEFAULT_IMAGE_CLASSIFIER, DEFAULT_LLM, SMALL_LLM
 from vi.core.models.chat import LLMSettings, load_llm
 from vi.pipelines.progresscaptioner import keyframes as kf
-from vi.pipelines.progresscaptioner.judge_progression import DEFAULT_DEBIAS
+from vi.pipelines.progresscaptioner.judge_progression import DEFAULT_DEBIAS, SCORED, decide
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO.parent / "shared" / "data" / "progcaptioner" / "output"
@@ -164,26 +165,53 @@ def chance(kept: list[list[int]], stages: list[list[int]], draws: int, seed: int
     return {key: sum(values) / len(values) for key, values in totals.items()}
 
 
+def kept_at(verdicts: list[dict], lean: float, prompt: str) -> list[int]:
+    """The frames --reference previous keeps when the same verdicts' scores are read at `lean` (--keep-bias):
+    each pair's evidence is the judge's whatever the lean, so one run gives every lean; a verdict no score
+    decided (letters) is as it was."""
+    kept = [0]
+    for t, verdict in enumerate(verdicts, 1):
+        change = verdict["change"]
+        if verdict["method"] in SCORED:
+            change = decide(verdict, prompt, None, lean)["change"]
+        if change is True:
+            kept.append(t)
+    return kept
+
+
 def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str, dict]:
-    """Per judge LLM and --debias: what `vi keyframes --method progress` keeps, and uniform frames of the
-    same count; each row scored against the stages and against chance at the same counts."""
+    """Per judge LLM, --debias, --reference and --keep-bias: what `vi keyframes --method progress` keeps, and
+    uniform frames of the same count; each row scored against the stages and against chance at the same
+    counts. Under --reference previous the pairs judged do not depend on what is kept, so the judge runs
+    once and every further --keep-bias reads the same verdicts (kept_at)."""
     rows: dict[str, dict] = {}
     for model, debias, reference in itertools.product(args.models, args.debias, args.reference):
-        config, llm = judge_config(model, args.threads, debias=debias, reference=reference)
-        start = time.time()
-        outs = [kf.keyframes(r, config, llm) for r in records]
-        letters = Counter(a for o in outs for a in o["keyframes_method"]["answers"])
-        methods = Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])
-        kept = [[k["index"] for k in o["keyframes"]] for o in outs]
-        # per sequence: what was kept and each pair's verdict (the evidence), for --json
-        judged = [{"id": r["id"], "kept": k, "verdicts": o["keyframes_method"]["verdicts"]}
-                  for r, k, o in zip(records, kept, outs)]
-        name = f"{model}, --debias {debias}" + ("" if reference == "previous" else f", --reference {reference}")
-        rows[f"progress ({name})"] = scored(
-            kept, stages, args, letters=dict(letters), methods=dict(methods), seconds=round(time.time() - start, 1),
-            sequences=judged)
-        rows[f"uniform (count of {name})"] = scored(
-            [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(kept, stages)], stages, args)
+        runs: dict[float, dict] = {}
+        for lean in args.keep_bias:
+            if reference == "previous" and runs:
+                first = next(iter(runs.values()))
+                kept = [kept_at(seq["verdicts"], lean, first["prompt"]) for seq in first["sequences"]]
+                runs[lean] = {**first, "kept": kept, "seconds": None, "sequences": None}
+                continue
+            config, llm = judge_config(model, args.threads, debias=debias, reference=reference, keep_bias=lean)
+            start = time.time()
+            outs = [kf.keyframes(r, config, llm) for r in records]
+            kept = [[k["index"] for k in o["keyframes"]] for o in outs]
+            runs[lean] = {
+                "kept": kept, "seconds": round(time.time() - start, 1), "prompt": config.prompt,
+                "letters": dict(Counter(a for o in outs for a in o["keyframes_method"]["answers"])),
+                "methods": dict(Counter(v["method"] for o in outs for v in o["keyframes_method"]["verdicts"])),
+                # per sequence: what was kept and each pair's verdict (the evidence), for --json
+                "sequences": [{"id": r["id"], "kept": k, "verdicts": o["keyframes_method"]["verdicts"]}
+                              for r, k, o in zip(records, kept, outs)]}
+        for lean, run in runs.items():
+            name = (f"{model}, --debias {debias}" + ("" if reference == "previous" else f", --reference {reference}")
+                    + ("" if args.keep_bias == [kf.KEEP_BIAS] else f", --keep-bias {lean:g}"))
+            rows[f"progress ({name})"] = scored(run["kept"], stages, args, **{k: v for k, v in run.items()
+                                                                             if k != "kept" and v is not None})
+            rows[f"uniform (count of {name})"] = scored(
+                [kf.uniform_indices(len(plan), len(frames)) for frames, plan in zip(run["kept"], stages)], stages,
+                args)
     return rows
 
 
@@ -279,6 +307,8 @@ def main() -> None:
     parser.add_argument("--debias", default=f"none,{DEFAULT_DEBIAS}", help="the judges' --debias, comma-separated "
                         f"(none,{DEFAULT_DEBIAS}: the paper's single ask beside the default)")
     parser.add_argument("--reference", default="previous", help="vi keyframes --reference, comma-separated")
+    parser.add_argument("--keep-bias", default=f"{kf.KEEP_BIAS:g}", help="vi keyframes --keep-bias, comma-separated "
+                        "(under --reference previous, read off one run's verdicts)")
     parser.add_argument("--split", choices=SPLITS, default=SPLITS[0], help="captions: which set")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
@@ -292,6 +322,7 @@ def main() -> None:
     args.models = [m for m in args.models.split(",") if m]
     args.debias = [d for d in args.debias.split(",") if d]
     args.reference = [r for r in args.reference.split(",") if r]
+    args.keep_bias = [float(b) for b in args.keep_bias.split(",") if b]
     console = Console(width=150)
     result = {"real": run_real, "samples": run_samples, "captions": run_captions}[args.what](args, console)
     if args.json:

@@ -212,6 +212,7 @@ PROBE_FILE = "progression_probe.json"  # --debias probe's weights (model_configs
 ONE_ORDER = ("none", "probe", "channel+probe")  # the debias methods that ask the paper's prompt only
 CHANNELS = ("channel", "channel+probe")  # the debias methods that score the second caption under the hypotheses
 PROBE_READERS = ("probe", "channel+probe")  # the debias methods that read the change probe (and so its embedder)
+SCORED = ("channel", "probe", "channel+probe")  # the verdicts a score decides (decide's `lean` moves them)
 # channel+probe's units, each signal's standard deviation where it was not fitted: the default judge's
 # (qwen2.5-coder-1.5b) channel scores, 8.2 nats on the judge's pair sets (150 scores) and 7.3 on measure4;
 # the probe's log-odds, 0.73 on measure4 (its weights were trained on the sets before). Equal weight in
@@ -271,9 +272,14 @@ def combine_orders(changes: dict[str, bool | None]) -> bool | None:
     return found.pop() if len(found) == 1 else None
 
 
-def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
+def decide(evidence: dict, prompt: str, same_state: float | None, lean: float = 0.0) -> dict:
     """The pair's decision from what the judge said (`evidence`, see PairJudge.evidence), pure:
     {change, letter (the paper's letter for it), method, decision (why, in words)}.
+
+    `lean`: where a score decides (channel, probe, channel+probe), how far toward "change" it is read, in
+    spreads (CHANNEL_SPREAD nats of the channel, PROBE_SPREAD of the probe's log-odds): a change when the
+    score, so measured, is above -lean. 0 is where each signal changes its mind (vi judge progression);
+    vi keyframes leans to keeping (its --keep-bias says why). Letters are not moved by it.
 
     - channel: the second caption's log-likelihood after "a later moment" minus after "the same moment"
       (`channel`) above CHANNEL_MARGIN is a change; the paper's letter is evidence only;
@@ -287,24 +293,25 @@ def decide(evidence: dict, prompt: str, same_state: float | None) -> dict:
       pairs it agreed on "progressed" in both orders for rewordings too.
     Without an embedder, undecided stays uncertain (C)."""
     method = evidence["method"]
+    read_at = f" (read at {-lean:+.2f} spreads)" if lean else ""
     if method == "channel":
         score = evidence["channel"]
-        change = score > CHANNEL_MARGIN
+        change = score > CHANNEL_MARGIN - lean * CHANNEL_SPREAD
         return {"change": change, "letter": paper_letter(change, prompt), "method": "channel",
                 "decision": f"the second caption's log-likelihood as a later moment minus as the same one: "
-                            f"{score:+.2f} nats: {'change' if change else 'no change'}"}
+                            f"{score:+.2f} nats{read_at}: {'change' if change else 'no change'}"}
     if method == "channel+probe":
         channel, probe = evidence["channel"] / CHANNEL_SPREAD, evidence["probe"] / PROBE_SPREAD
-        change = channel + probe > 0
+        change = channel + probe > -lean
         return {"change": change, "letter": paper_letter(change, prompt), "method": "channel+probe",
                 "decision": f"the channel's score {evidence['channel']:+.2f} nats ({channel:+.2f} spreads) plus the "
                             f"change probe's log-odds {evidence['probe']:+.2f} ({probe:+.2f} spreads): "
-                            f"{channel + probe:+.2f}: {'change' if change else 'no change'}"}
+                            f"{channel + probe:+.2f}{read_at}: {'change' if change else 'no change'}"}
     if method == "probe":
         score = evidence["probe"]
-        change = score > 0
+        change = score > -lean * PROBE_SPREAD
         return {"change": change, "letter": paper_letter(change, prompt), "method": "probe",
-                "decision": f"the change probe's log-odds on the captions' difference: {score:+.2f}: "
+                "decision": f"the change probe's log-odds on the captions' difference: {score:+.2f}{read_at}: "
                             f"{'change' if change else 'no change'}"}
     if method == "none":
         change = letter_to_change(evidence["letters"]["paper"], prompt)
@@ -343,6 +350,7 @@ class PairJudge:
     templates: dict[str, ChatPrompt] | None = None  # order -> prompt; default the packaged ones
     embedder: object | None = None  # encode(list[str]) -> unit vectors (core.models.text_embedding)
     same_state: float | None = None
+    lean: float = 0.0  # spreads toward "change" at which a score is read (decide); vi keyframes' --keep-bias
     _content_free: dict = field(default_factory=dict)  # (order, action) -> letter probabilities
 
     def __post_init__(self) -> None:
@@ -456,7 +464,7 @@ class PairJudge:
 
     def verdict_from(self, evidence: dict) -> dict:
         """The evidence and the decision made from it, in one dict (a pair's entry under `verdicts`)."""
-        return {**decide(evidence, self.prompt, self.same_state), **{k: v for k, v in evidence.items()
+        return {**decide(evidence, self.prompt, self.same_state, self.lean), **{k: v for k, v in evidence.items()
                                                                      if k != "method"}}
 
     def verdict(self, desc1: str, desc2: str, *, action: str | None = None, seed: int = 0, where: str = "") -> dict:
@@ -470,13 +478,13 @@ def needs_embedder(debias: str, llm: ChatBackend) -> bool:
 
 
 def cached_pair_judge(cache: dict, llm: ChatBackend, debias: str, *, prompt: str, templates: dict | None,
-                      same_state: float, embedder: Callable[[], object]) -> PairJudge:
+                      same_state: float, embedder: Callable[[], object], lean: float = 0.0) -> PairJudge:
     """The PairJudge asking `llm` with `debias`, made once per (LLM object, debias) and kept in `cache` (it
     holds the content-free letters); `embedder()` loads the --embedder, called only where it decides."""
     key = (id(llm), debias)  # the PairJudge holds llm, so its id is not reused meanwhile
     if key not in cache:
         cache[key] = PairJudge(llm, prompt=prompt, debias=debias, templates=templates, same_state=same_state,
-                               embedder=embedder() if needs_embedder(debias, llm) else None)
+                               embedder=embedder() if needs_embedder(debias, llm) else None, lean=lean)
     return cache[key]
 
 

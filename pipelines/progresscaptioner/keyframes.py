@@ -16,8 +16,9 @@ the number of keyframes follows the content. Here (`--method progress`):
   ("noticeable changes") counts as a change. --prompt pseudo uses the other; either way the
   judge is asked as vi judge progression asks it (`judge_progression.PairJudge`: --debias, default
   channel+probe: the second caption scored as a later moment against as the same moment reworded, plus a
-  change probe on the captions' sentence vectors), and only a decided
-  change keeps a frame: uncertain does not. A small judge answers "progressed" to nearly every pair, in
+  change probe on the captions' sentence vectors), its score read --keep-bias spreads toward "change"
+  (a stage with no kept frame is lost, a repeated frame is only one more), and only a decided change keeps
+  a frame: uncertain does not. A small judge answers "progressed" to nearly every pair, in
   either order of the letters (issue 38); asked for a letter, it kept about as many redundant frames as
   random frames would.
 
@@ -60,6 +61,7 @@ STAGE = "keyframes"
 METHODS = ("progress", "uniform", "kmeans")
 REFERENCES = ("previous", "keyframe")
 DEFAULT_COUNT = 4  # uniform's N when neither --count nor a progress run says
+KEEP_BIAS = 0.0  # spreads; chosen on caption sets measure5-7, measured on measure8 (RESULTS.md)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +99,12 @@ class KeyframesConfig(LLMConfig):
         "captioner (--window 2 --keep-both): a transformers VLM folder or hub id, openai:MODEL@URL, "
         "offline (the embedded-model captioner) or auto. Used for records whose caption field has no "
         "per-window captions; without it those records' captions are compared as they are."))
+    keep_bias: float = option(KEEP_BIAS, help=(
+        "progress, with a judge that scores (--debias channel, probe, channel+probe): how far toward 'change' its "
+        "score is read, in spreads (each signal's standard deviation: 8.0 nats of the channel, 0.73 of the "
+        "probe's log-odds); frame t is kept when its score is above minus this. 0 reads it where vi judge "
+        "progression does, balanced between change and no change. Keyframes lean to keeping: a stage with no "
+        "kept frame is lost, a repeated one is one frame more (evaluation/progresscaptioner/RESULTS.md)."))
     debias: str = with_default(ProgressionConfig, "debias", DEFAULT_DEBIAS)
     embedder: str = with_default(ProgressionConfig, "embedder", DEFAULT_TEXT_EMBEDDING)
     same_state: float = with_default(ProgressionConfig, "same_state", SAME_STATE)
@@ -137,7 +145,7 @@ class KeyframesConfig(LLMConfig):
         --debias), kept per LLM object and debias."""
         return cached_pair_judge(self.pair_judges, llm, debias or self.debias, prompt=self.prompt,
                                  templates=self.templates, same_state=self.same_state,
-                                 embedder=lambda: load_embedder(self.embedder, self.device))
+                                 embedder=lambda: load_embedder(self.embedder, self.device), lean=self.keep_bias)
 
 
 # --- the sequence --------------------------------------------------------------------------------
@@ -248,7 +256,8 @@ def select_progress(record: dict, captions: dict | None, length: int, config: Ke
     if length == 1:
         texts[0] = first.get(0)
     info = {"llm": config.llm, "prompt": config.prompt, "debias": config.debias, "reference": config.reference,
-            "action": action, "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters,
+            "keep_bias": config.keep_bias, "action": action,
+            "captions": how.pop() if len(how) == 1 else "mixed" if how else None, "answers": letters,
             "verdicts": verdicts}
     return kept, texts, info
 

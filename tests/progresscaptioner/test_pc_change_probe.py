@@ -13,7 +13,7 @@ import pytest
 from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, ChannelJudge, config, is_swapped, record
 from vi.core.models.linear_probe import LinearProbe
 from vi.evaluation.probe_training import file_differences
-from vi.evaluation.progresscaptioner import train_progression_probe
+from vi.evaluation.progresscaptioner import keyframes_quality, train_progression_probe
 from vi.pipelines.progresscaptioner import judge_progression as jp
 from vi.pipelines.progresscaptioner import keyframes as kf
 
@@ -115,3 +115,40 @@ def test_the_packaged_change_probe_is_what_its_sets_give():
     trained = {f["file"].rsplit("/", 1)[1] for f in packaged["trained_on"]}
     assert "keyframes_sequences_measure4.json" not in trained  # the set written blind to measure it
     assert jp.load_change_probe().embedder == packaged["embedder"] == "minilm-l6"
+
+
+def test_a_lean_moves_where_a_score_is_read_and_nothing_else():
+    """decide's `lean` (vi keyframes' --keep-bias), in spreads: a score a little under 0 becomes a change, one well
+    under stays no change, each signal in its own units; a letter is not moved by it."""
+    unsure = {"method": "channel+probe", "channel": 8.0, "probe": -0.73 * 1.3, "letters": {"paper": "B"}}  # -0.3
+    assert jp.decide(unsure, "eval", None)["change"] is False
+    leaning = jp.decide(unsure, "eval", None, lean=0.5)
+    assert leaning["change"] is True and leaning["letter"] == "A" and "-0.30 (read at -0.50 spreads): change" in \
+        leaning["decision"]
+    assert jp.decide({**unsure, "probe": -0.73 * 1.8}, "eval", None, lean=0.5)["change"] is False  # -0.8
+    assert jp.decide({"method": "channel", "channel": -3.0}, "eval", None, lean=0.5)["change"] is True  # 4 nats
+    assert jp.decide({"method": "channel", "channel": -5.0}, "eval", None, lean=0.5)["change"] is False
+    assert jp.decide({"method": "probe", "probe": -0.3}, "eval", None, lean=0.5)["change"] is True  # 0.365
+    assert jp.decide({"method": "none", "letters": {"paper": "B"}}, "eval", None, lean=5.0)["change"] is False
+    orders = {"method": "orders", "letters": {"paper": "B", "swapped": "A"}}  # both orders: no change
+    assert jp.decide(orders, "eval", None, lean=5.0)["change"] is False
+
+
+def test_keyframes_lean_to_keeping_and_the_judge_does_not(state_probe, monkeypatch):
+    """The rewording pair (lemon cut -> cut, seen closer) scores a little under 0 with channel+probe (the channel
+    +28 nats, the probe -2.8): vi judge progression calls it no change, and so do keyframes read at 0; read
+    --keep-bias 0.5 spreads toward change the frame is kept, and the record says at what it was read."""
+    monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: StateEmbedder())
+    gains = {TEXTS[1]: -1.0, TEXTS[2]: 14.0}  # channel = 2 wordings x gain
+    judged = jp.judge_record(record(TEXTS), config(), [("j", ChannelJudge(gains))])["progression"]
+    assert [p["change"] for p in judged["pairs"]] == [True, False]
+    kept, verdicts = {}, {}
+    for lean in (0.0, 0.5):
+        out = kf.keyframes(record(TEXTS), kf.KeyframesConfig(llm=SMOL, keep_bias=lean), ChannelJudge(gains))
+        kept[lean], verdicts[lean] = [k["index"] for k in out["keyframes"]], out["keyframes_method"]["verdicts"]
+        assert out["keyframes_method"]["keep_bias"] == lean
+    assert kept == {0.0: [0, 1], 0.5: [0, 1, 2]}
+    # the quality script reads every lean off one run's verdicts: the same frames as running at that lean
+    assert keyframes_quality.kept_at(verdicts[0.0], 0.5, "eval") == kept[0.5]
+    assert keyframes_quality.kept_at(verdicts[0.5], 0.0, "eval") == kept[0.0]
