@@ -31,8 +31,8 @@ of one stage worded differently (as a captioning VLM varies); the same rows as s
 images). --split: measure8 (the default), measure7, measure6, measure5, measure4, measure3 (fourteen sequences
 each) and measure2 (twelve), each written blind to the judge by a separate writer before any run on it (measure2
 and measure3 train the change probe of --debias probe and channel+probe, measure4 set its spread, measure5 and
-measure6 chose channel+probe as the default, measure7 measured that default and chose nothing, measure5-7 chose
-vi keyframes' --keep-bias; measure8 measures it); measure (ten)
+measure6 chose channel+probe as the default, measure7 measured that default and chose nothing, measure6 and
+measure7 were read for --keep-bias; measure8 has not been run: it is kept for the next design); measure (ten)
 and tune (eight), written in this project beside
 the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
 read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).

@@ -134,7 +134,7 @@ def test_a_lean_moves_where_a_score_is_read_and_nothing_else():
     assert jp.decide(orders, "eval", None, lean=5.0)["change"] is False
 
 
-def test_keyframes_lean_to_keeping_and_the_judge_does_not(state_probe, monkeypatch):
+def test_keyframes_read_at_a_lean_keep_an_unsure_frame_and_the_judge_is_not_moved(state_probe, monkeypatch):
     """The rewording pair (lemon cut -> cut, seen closer) scores a little under 0 with channel+probe (the channel
     +28 nats, the probe -2.8): vi judge progression calls it no change, and so do keyframes read at 0; read
     --keep-bias 0.5 spreads toward change the frame is kept, and the record says at what it was read."""
