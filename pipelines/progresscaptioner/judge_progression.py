@@ -278,8 +278,8 @@ def decide(evidence: dict, prompt: str, same_state: float | None, lean: float = 
 
     `lean`: where a score decides (channel, probe, channel+probe), how far toward "change" it is read, in
     spreads (CHANNEL_SPREAD nats of the channel, PROBE_SPREAD of the probe's log-odds): a change when the
-    score, so measured, is above -lean. 0 is where each signal changes its mind (vi judge progression);
-    vi keyframes leans to keeping (its --keep-bias says why). Letters are not moved by it.
+    score, so measured, is above -lean. 0 is where each signal changes its mind (vi judge progression, and
+    vi keyframes unless its --keep-bias leans toward keeping). Letters are not moved by it.
 
     - channel: the second caption's log-likelihood after "a later moment" minus after "the same moment"
       (`channel`) above CHANNEL_MARGIN is a change; the paper's letter is evidence only;
