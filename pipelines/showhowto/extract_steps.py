@@ -63,7 +63,7 @@ from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
-from vi.pipelines.showhowto.narration_labels import label_lines, step_runs
+from vi.pipelines.showhowto.narration_labels import label_lines, read_by_likelihood, step_runs
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
                                                    drop_talk, fold_copies, line_number)
@@ -476,7 +476,7 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id,
                         opening_talk=config.opening_talk if config.reads_opening else None)
-    if config.line_probes and any(m.get("probs") for m in shown):  # a server's labels are left as they are
+    if config.line_probes and read_by_likelihood(shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)
                if chunk.core_start <= chunk.segments[i].start < chunk.core_end}
@@ -582,8 +582,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         extra["line_labels"] = line_labels
     method = {"grounding": config.grounding, "remarks": remarks} if config.segmentation == "filtered" else {}
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
-        # a server's labels are one reply, without the likelihoods a probe's reading is summed with: no probe read
-        scored = any(mark.get("probs") for mark in labels.values())
+        scored = read_by_likelihood(labels.values())  # a server's labels: no probe read them
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
                    for kind in ("talk", "start")}
         method["opening_probe"] = load_line_probe("talk").embedder if scored and config.reads_opening else None

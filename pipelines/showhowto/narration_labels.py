@@ -34,7 +34,7 @@ import json
 import math
 from functools import cache
 from importlib import resources
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from vi.core.errors import RecordError
@@ -122,6 +122,12 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             probs = both_readings(probs, read_alone)
         out.append(labelled(probs) | mark)
     return out
+
+
+def read_by_likelihood(marks: Iterable[dict[str, Any]]) -> bool:
+    """Whether labels were read by likelihood (in process: each mark has its `probs`), so a line probe's
+    reading can be summed with them; a server's labels are one reply, with none."""
+    return any(mark.get("probs") for mark in marks)
 
 
 def labelled(probs: Sequence[float]) -> dict[str, Any]:
