@@ -18,7 +18,9 @@ Which lines make a step (`segmentation`):
   written as a step too, from what was said there (one more request, only where there is one);
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
   With `drop_remarks`, a step whose text reads as a remark rather than an action (scored, not asked:
-  step_remarks.py) is dropped too, and `steps.remarks` says "scored".
+  step_remarks.py) is dropped too, and `steps.remarks` says "scored". With `drop_previews` (the default),
+  a step said on the intro's plan or an outro's recap (a line naming, in order, several steps said
+  after or before it: step_summaries.py) is dropped, and `steps.previews` says "dropped".
   With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
   too (narration_probe.py): fewer steps made of talk, more true steps lost. With `start_probe`,
   another reads whether a line starts a step or goes on with the one above: fewer steps merge.
@@ -69,6 +71,7 @@ from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cit
                                                    drop_talk, fold_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
 from vi.pipelines.showhowto.step_remarks import drop_remarks, instruction_scores
+from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
 NO_TITLE = "(no title)"
@@ -166,6 +169,10 @@ class ExtractConfig(LLMConfig):
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
         "greeting); a step likelier as a remark by more than a factor e is dropped and listed in repairs. "
         "Needs a backend that scores text (llama.cpp); others keep every step."))
+    drop_previews: bool = option(True, help=(  # step_summaries.py says why and how
+        "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
+        "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
+        "recap), matched clause by clause by --text-model, with at most two steps on its other side."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -193,10 +200,10 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.grounds_by_text or self.line_probes or self.reads_opening:  # a missing embedder: exit 5 first
+        if self.grounds_by_text or self.reads_previews or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
-            if self.grounds_by_text:
+            if self.grounds_by_text or self.reads_previews:
                 resolve(self.text_model, "text-embedding")
             for kind in self.line_probes + (("talk",) if self.reads_opening else ()):
                 resolve(load_line_probe(kind).embedder, "text-embedding")
@@ -211,6 +218,10 @@ class ExtractConfig(LLMConfig):
     @property
     def grounds_by_text(self) -> bool:
         return self.segmentation == "filtered" and self.grounding == "said"
+
+    @property
+    def reads_previews(self) -> bool:
+        return self.segmentation == "filtered" and self.drop_previews
 
     @property
     def line_probes(self) -> tuple[str, ...]:
@@ -580,7 +591,9 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         for line, mark in labels.items():
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
-    method = {"grounding": config.grounding, "remarks": remarks} if config.segmentation == "filtered" else {}
+    previews = "dropped" if config.drop_previews else "kept"
+    method = {"grounding": config.grounding, "remarks": remarks, "previews": previews} \
+        if config.segmentation == "filtered" else {}
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
         scored = read_by_likelihood(labels.values())  # a server's labels: no probe read them
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
@@ -665,6 +678,8 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         scores = instruction_scores(plan.llm, plan.title, [text for _, _, text in kept])
         if scores is not None:
             kept, remarks = drop_remarks(kept, scores, repairs, plan.names), "scored"
+    if config.reads_previews and kept:  # last: a preview is told by the steps that stay
+        kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names)
     if cited and not kept:
         raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
                           "labelled TALK (a greeting, an aside, an opinion...) or reads as a remark: the video "
@@ -691,7 +706,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, talk_probe, start_probe, chunks, repairs, line_labels}: each step's first and last "
+           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, chunks, repairs, line_labels}: "
+           "each step's first and last "
            "transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "

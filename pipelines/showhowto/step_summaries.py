@@ -1,0 +1,101 @@
+"""Steps said on a preview or a recap: a line that lists, in order, steps the narrator does later or did before.
+
+Why: real narration opens with the plan ("So we're going to cream the butter and sugar, add the eggs, mix in
+the dry stuff, fold in the chips, and bake") and often closes on a recap ("So quick recap, old strings off,
+clean the board, new strings in, stretch them and tune"). Such a line is all actions, so the label pass calls
+it STEP and the 1.5B model writes a step from it: on held-out sets 11-13 most intro and outro steps left were
+previews and recaps. Neither a worked example that labels one TALK (thirteenth pass) nor the line's
+similarity to the other steps tells them apart: a preview's clauses are as near the other steps as a real
+step's clauses are (0.5-0.7 cosine either way).
+
+What does tell them apart is count and order. A preview names several actions that are each said again,
+in the same order, on the lines of steps after it; a real step's line names at most one or two of the other
+steps' actions. So a line's clauses (cut at commas, colons, semicolons, "and", "then") are compared with
+the other steps' lines by the sentence embedder, and the steps it names are the most clauses matched one to
+one, in order, each at cosine CLAUSE_MATCH or more (a monotonic alignment, as step_grounding.py places steps
+and align-frames places frames). A line that names SUMMARY_STEPS or more steps, all after it, with at most
+EDGE_STEPS steps before it, is a preview; mirrored, a recap. The position matters: a step in the middle of
+the procedure that repeats earlier actions (a second screw driven like the first) is never taken for one.
+
+On the truths of the spent sets (1-13, the six test narrations and the pressure cooker: 91 narrations, over
+600 step lines) this reads 19 intro or outro lines as previews or recaps and no step's line; it misses the
+previews whose clauses are single words or run together without commas, as unpunctuated speech does.
+
+Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+CLAUSE_MATCH = 0.45  # cosine a clause needs with a step's lines to name that step
+SUMMARY_STEPS = 3  # steps a line must name, in order, to be a preview or a recap
+EDGE_STEPS = 2  # steps that may start before a preview (or after a recap): a stray greeting or outro step
+CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
+
+
+def clauses(text: str) -> list[str]:
+    """The parts of a line between commas, colons, semicolons, "and" and "then", of two words or more."""
+    parts = CLAUSE_BREAKS.split(text.strip().rstrip(".!?").lower())
+    return [part.strip() for part in parts if len(part.split()) >= 2]
+
+
+def steps_named(matches: Sequence[Sequence[bool]]) -> int:
+    """The most (clause, step) pairs of `matches` (clauses x steps, in order) taken one to one and in order
+    on both sides: the longest common subsequence, by dynamic programming."""
+    steps = len(matches[0]) if matches else 0
+    best = [[0] * (steps + 1) for _ in range(len(matches) + 1)]
+    for i, row in enumerate(matches, 1):
+        for j in range(1, steps + 1):
+            best[i][j] = max(best[i - 1][j], best[i][j - 1], best[i - 1][j - 1] + bool(row[j - 1]))
+    return best[-1][-1]
+
+
+def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
+                 embed: Callable[[list[str]], object]) -> str | None:
+    """"preview", "recap" or None for `line`, given the lines said on the steps that start `before` it and
+    `after` it (each step's lines as one text, in order); `embed(texts)` gives unit-length vectors."""
+    sides = [(kind, named, other) for kind, named, other in (("preview", after, before), ("recap", before, after))
+             if len(named) >= SUMMARY_STEPS and len(other) <= EDGE_STEPS]
+    parts = clauses(line)
+    if not sides or len(parts) < SUMMARY_STEPS:
+        return None
+    import numpy as np
+
+    for kind, named, _ in sides:
+        vectors = np.asarray(embed(parts + list(named)))
+        similar = vectors[:len(parts)] @ vectors[len(parts):].T >= CLAUSE_MATCH
+        if steps_named(similar.tolist()) >= SUMMARY_STEPS:
+            return kind
+    return None
+
+
+def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embed: Callable[[list[str]], object],
+                   repairs: list[str], names) -> list[tuple[int, int, str]]:
+    """`steps` (first line, last line, text; 1-based line numbers into `lines`, in order) less those said on a
+    preview or a recap: a step whose first line is one is dropped, or starts on its next line where that line
+    is no other step's; each is listed in `repairs`."""
+    said = [" ".join(lines[n - 1].strip() for n in range(first, last + 1)) for first, last, _ in steps]
+    kinds: dict[int, str | None] = {}
+    for first in sorted({first for first, _, _ in steps}):
+        before = [text for (a, _, _), text in zip(steps, said) if a < first]
+        after = [text for (a, _, _), text in zip(steps, said) if a > first]
+        kinds[first] = summary_kind(lines[first - 1], before, after, embed)
+    kept = []
+    for k, (first, last, text) in enumerate(steps):
+        kind = kinds[first]
+        if kind is None:
+            kept.append((first, last, text))
+            continue
+        elsewhere = {n for j, (a, b, _) in enumerate(steps) if j != k for n in range(a, b + 1)}
+        rest = [n for n in range(first + 1, last + 1) if n not in elsewhere]
+        listed = "ahead" if kind == "preview" else "done"
+        if rest and rest[0] == first + 1:
+            repairs.append(f"step {text!r}: {names(first, first)} lists the steps {listed} (a {kind}), so the step "
+                           f"starts on {names(first + 1, first + 1)}")
+            kept.append((first + 1, last, text))
+        else:
+            repairs.append(f"step {text!r}: {names(first, last)} is a {kind}, a list of the steps {listed}, "
+                           "not one of them: dropped")
+    return kept

@@ -1,0 +1,77 @@
+"""vi extract-steps drops a step said on a preview or a recap (pipelines/showhowto/step_summaries.py): a line
+that names, in order, three or more of the steps said after it, with at most two before it (or mirrored).
+Order and position decide, not similarity alone: the same clauses out of order, or the same line in the middle
+of the procedure, name no plan. In the stage the preview's step goes only with --drop-previews."""
+
+from __future__ import annotations
+
+import pytest
+
+from vi.pipelines.showhowto import extract_steps as es
+from vi.pipelines.showhowto.step_citations import SegmentNames
+from vi.pipelines.showhowto.step_summaries import clauses, drop_summaries, steps_named, summary_kind
+from tests.showhowto.grounding_fakes import words_embedder
+from tests.showhowto.test_extract_steps_quality import CopyingLLM, use_llm
+
+ACTIONS = ["Cream the butter and sugar until fluffy.", "Add the eggs one at a time.",
+           "Mix in the flour gently.", "Bake the tray for twelve minutes."]
+PREVIEW = "So we'll cream the butter, add the eggs, mix in the flour, and bake it."
+
+
+def test_clauses_are_cut_at_commas_and_and_and_keep_two_words_or_more():
+    assert clauses(PREVIEW) == ["so we'll cream the butter", "add the eggs", "mix in the flour", "bake it"]
+    assert clauses("Seal, drawer, filter and a hot cycle.") == ["a hot cycle"]  # single words name nothing
+
+
+def test_steps_named_is_a_one_to_one_match_in_order():
+    diagonal = [[i == j for j in range(3)] for i in range(3)]
+    assert steps_named(diagonal) == 3
+    assert steps_named([row[::-1] for row in diagonal]) == 1  # the same matches in the reverse order
+    assert steps_named([[True, True, True]]) == 1  # one clause names one step
+
+
+def test_a_line_listing_the_steps_ahead_is_a_preview_and_one_listing_those_done_a_recap():
+    assert summary_kind(PREVIEW, [], ACTIONS, words_embedder) == "preview"
+    assert summary_kind(PREVIEW, ACTIONS, [], words_embedder) == "recap"
+    assert summary_kind(PREVIEW, [], ACTIONS[::-1], words_embedder) is None  # out of order: no plan
+    assert summary_kind(PREVIEW, ACTIONS[:3], ACTIONS, words_embedder) is None  # three steps before it: mid-procedure
+    assert summary_kind(ACTIONS[0], [], ACTIONS[1:], words_embedder) is None  # a step names itself, not the rest
+
+
+def names(first: int, last: int) -> str:
+    return SegmentNames()(first, last)
+
+
+def test_a_step_on_a_preview_is_dropped_and_one_that_goes_on_past_it_starts_on_its_next_line():
+    lines = ["Hi, welcome back.", PREVIEW, *ACTIONS, "Thanks for watching."]
+    steps = [(2, 2, "Make cookies."), (3, 3, "Cream."), (4, 4, "Eggs."), (5, 5, "Flour."), (6, 6, "Bake.")]
+    repairs = []
+    assert drop_summaries(steps, lines, words_embedder, repairs, names) == steps[1:]
+    assert len(repairs) == 1 and "a preview" in repairs[0] and "dropped" in repairs[0]
+    # a step that spans the preview and a line no other step is on keeps that line
+    repairs = []
+    assert drop_summaries([(2, 3, "Cream.")] + steps[2:], lines, words_embedder, repairs, names) == \
+        [(3, 3, "Cream.")] + steps[2:]
+    assert "starts on" in repairs[0]
+    # the recap at the end too
+    closing = lines[:-1] + ["So that's it: cream the butter, add the eggs, mix in the flour and bake."]
+    assert drop_summaries(steps[1:] + [(7, 7, "Recap.")], closing, words_embedder, [], names) == steps[1:]
+
+
+@pytest.mark.parametrize("drop_previews", [True, False])
+def test_the_stage_drops_the_step_the_model_wrote_from_the_intros_plan(drop_previews, monkeypatch):
+    """The 1.5B model writes a step from the plan, and the label pass calls the line a step (all actions)."""
+    lines = ["Hi, welcome back to the kitchen.", PREVIEW, *ACTIONS, "Thanks for watching."]
+    record = {"id": "cookies", "title": "Easy cookies", "duration": 40.0, "transcript": {"segments": [
+        {"start": 5.0 * i, "end": 5.0 * i + 4.5, "text": f" {line}"} for i, line in enumerate(lines)]}}
+    labels = ["TALK", "STEP", "STEP", "STEP", "STEP", "STEP", "TALK"]
+    written = ["Make the cookies.", "Cream the butter.", "Add eggs.", "Add flour.", "Bake."]
+    llm = CopyingLLM(labels, steps_for=lambda shown: [
+        {"first_line": n, "last_line": n, "text": text} for n, text in enumerate(written, 2)])
+    use_llm(llm, monkeypatch)
+    monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
+    out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited",
+                                              drop_previews=drop_previews))["steps"]
+    assert [s["text"] for s in out["items"]] == (written[1:] if drop_previews else written)
+    assert out["previews"] == ("dropped" if drop_previews else "kept")
+    assert any("a preview" in r for r in out["repairs"]) is drop_previews
