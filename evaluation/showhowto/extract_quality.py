@@ -4,6 +4,7 @@
                                                       [--data FILE] [--only measure|tune] [--json]
                                                       [--segmentation model|labels|filtered] [--after-filter]
                                                       [--talk-probe] [--start-probe] [--drop-remarks]
+                                                      [--no-drop-previews]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -289,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--drop-remarks", action=argparse.BooleanOptionalAction, help=(
         "vi extract-steps --drop-remarks / --no-drop-remarks: each written step's text is scored as an action "
         "against as a remark (default: the stage's own)"))
+    parser.add_argument("--drop-previews", action=argparse.BooleanOptionalAction, help=(
+        "vi extract-steps --drop-previews / --no-drop-previews: a step said on a line that lists the steps "
+        "ahead or recaps those done is dropped (default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
@@ -296,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
-                                        ("drop_remarks", args.drop_remarks))
+                                        ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews))
               if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
