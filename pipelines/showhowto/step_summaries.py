@@ -17,9 +17,11 @@ and align-frames places frames). A line that names SUMMARY_STEPS or more steps, 
 EDGE_STEPS steps before it, is a preview; mirrored, a recap. The position matters: a step in the middle of
 the procedure that repeats earlier actions (a second screw driven like the first) is never taken for one.
 
-On the truths of the spent sets (1-13, the six test narrations and the pressure cooker: 91 narrations, over
-600 step lines) this reads 19 intro or outro lines as previews or recaps and no step's line; it misses the
-previews whose clauses are single words or run together without commas, as unpunctuated speech does.
+On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) this reads 19
+lines as previews or recaps (13 in intros, 6 recaps near the end) and no step's line; it misses lists whose
+clauses are single words ("seal, drawer, filter") or run together without commas, as unpunctuated speech
+does. On blind set 14 it dropped one recap step and no true step, and missed two past-tense recaps of short
+clauses ("So we washed it, taped it off, sanded it down..."): evaluation/showhowto/RESULTS.md, fourteenth pass.
 
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
