@@ -8,21 +8,20 @@ previews and recaps. Neither a worked example that labels one TALK (thirteenth p
 similarity to the other steps tells them apart: a preview's clauses are as near the other steps as a real
 step's clauses are (0.5-0.7 cosine either way).
 
-What does tell them apart is count and order. A preview names several actions that are each said again, in the
-same order, on the lines of steps after it; a real step's line names at most one or two of the other steps'
-actions. So a line's clauses (cut at commas, colons, semicolons, "and", "then") are compared with the other
-steps' lines by the sentence embedder, each step read as its whole lines and as each of their clauses (a
-recap's "taped it off" is near "tape off the chrome trim", less near the whole step around it), and the steps
-it names are the most clauses matched one to one, in order, each at cosine CLAUSE_MATCH or more (a monotonic
-alignment, as step_grounding.py places steps and align-frames places frames). A line that names SUMMARY_STEPS
-or more steps, all after it, with at most EDGE_STEPS steps before it, is a preview; mirrored, a recap. The
-position matters: a step in the middle of the procedure that repeats earlier actions (a second screw driven
-like the first) is never taken for one.
+What does tell them apart is count and order. A preview names several actions that are each said again,
+in the same order, on the lines of steps after it; a real step's line names at most one or two of the other
+steps' actions. So a line's clauses (cut at commas, colons, semicolons, "and", "then") are compared with
+the other steps' lines by the sentence embedder, and the steps it names are the most clauses matched one to
+one, in order, each at cosine CLAUSE_MATCH or more (a monotonic alignment, as step_grounding.py places steps
+and align-frames places frames). A line that names SUMMARY_STEPS or more steps, all after it, with at most
+EDGE_STEPS steps before it, is a preview; mirrored, a recap. The position matters: a step in the middle of
+the procedure that repeats earlier actions (a second screw driven like the first) is never taken for one.
 
-On the truths of sets 1-14 and the six test narrations (99 narrations, 1,173 lines of steps) this reads 35
-lines as previews or recaps (24 in intros, 11 recaps near the end) and no step's line; it misses lists whose
+On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) this reads 19
+lines as previews or recaps (13 in intros, 6 recaps near the end) and no step's line; it misses lists whose
 clauses are single words ("seal, drawer, filter") or run together without commas, as unpunctuated speech
-does. Measured on blind sets 14 and 15: evaluation/showhowto/RESULTS.md, fourteenth and fifteenth passes.
+does. On blind set 14 it dropped one recap step and no true step, and missed two past-tense recaps of short
+clauses ("So we washed it, taped it off, sanded it down..."): evaluation/showhowto/RESULTS.md, fourteenth pass.
 
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
@@ -32,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-CLAUSE_MATCH = 0.5  # cosine a clause needs with a step's lines, or one of their clauses, to name that step
+CLAUSE_MATCH = 0.45  # cosine a clause needs with a step's lines to name that step
 SUMMARY_STEPS = 3  # steps a line must name, in order, to be a preview or a recap
 EDGE_STEPS = 2  # steps that may start before a preview (or after a recap): a stray greeting or outro step
 CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
@@ -67,14 +66,9 @@ def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
     import numpy as np
 
     for kind, named, _ in sides:
-        # each step as its whole lines and as each of their clauses: a recap's short clause ("taped it off")
-        # is near the clause that says it ("tape off the chrome trim"), less near the whole step around it
-        pieces = [[text, *clauses(text)] for text in named]
-        vectors = np.asarray(embed(parts + [piece for step in pieces for piece in step]))
-        similarity = vectors[:len(parts)] @ vectors[len(parts):].T
-        ends = np.cumsum([len(step) for step in pieces])
-        best = np.stack([similarity[:, end - len(step):end].max(axis=1) for step, end in zip(pieces, ends)], axis=1)
-        if steps_named((best >= CLAUSE_MATCH).tolist()) >= SUMMARY_STEPS:
+        vectors = np.asarray(embed(parts + list(named)))
+        similar = vectors[:len(parts)] @ vectors[len(parts):].T >= CLAUSE_MATCH
+        if steps_named(similar.tolist()) >= SUMMARY_STEPS:
             return kind
     return None
 

@@ -38,18 +38,6 @@ def test_a_line_listing_the_steps_ahead_is_a_preview_and_one_listing_those_done_
     assert summary_kind(ACTIONS[0], [], ACTIONS[1:], words_embedder) is None  # a step names itself, not the rest
 
 
-def test_a_recap_of_short_clauses_names_the_clause_of_each_step_that_says_it():
-    """A recap's clause is short ("oil the wood"); a step's lines say more around it, so the clause is near the
-    clause that says it and further from the whole step."""
-    steps = ["Sand the edge smooth with fine paper, then wipe away the dust and check the grain for splinters.",
-             "Oil the wood with a soft rag, work it into every slat and leave it for twenty minutes.",
-             "Buff the top with a dry cloth, until no wet patches are left and the bench looks even."]
-    recap = "So: sand the edge, oil the wood, buff the top."
-    whole = words_embedder(clauses(recap)) @ words_embedder(steps).T
-    assert whole.max() < 0.5  # against whole steps no clause names one
-    assert summary_kind(recap, steps, [], words_embedder) == "recap"
-
-
 def names(first: int, last: int) -> str:
     return SegmentNames()(first, last)
 
