@@ -200,10 +200,10 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.grounds_by_text or self.reads_previews or self.line_probes or self.reads_opening:  # exit 5 first
+        if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
-            if self.grounds_by_text or self.reads_previews:
+            if self.reads_text:
                 resolve(self.text_model, "text-embedding")
             for kind in self.line_probes + (("talk",) if self.reads_opening else ()):
                 resolve(load_line_probe(kind).embedder, "text-embedding")
@@ -222,6 +222,11 @@ class ExtractConfig(LLMConfig):
     @property
     def reads_previews(self) -> bool:
         return self.segmentation == "filtered" and self.drop_previews
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether --text-model is read: to place the steps, or to tell previews."""
+        return self.grounds_by_text or self.reads_previews
 
     @property
     def line_probes(self) -> tuple[str, ...]:

@@ -101,6 +101,6 @@ def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embe
                            f"starts on {names(first + 1, first + 1)}")
             kept.append((first + 1, last, text))
         else:
-            repairs.append(f"step {text!r}: {names(first, last)} is a {kind}, a list of the steps {listed}, "
+            repairs.append(f"step {text!r}: said on {names(first, last)}, a {kind} (a list of the steps {listed}), "
                            "not one of them: dropped")
     return kept
