@@ -1,8 +1,13 @@
 """`vi filter-instructional` on held-out transcripts: accuracy per kind, and whether each label agrees
 with the model's own explanation.
 
-Three sets, kept apart:
-- blind2 (heldout/filter_transcripts_2.jsonl, the default): 18 transcripts written for measuring only by a
+Four sets, kept apart:
+- blind3 (heldout/filter_transcripts_3.jsonl, the default): 20 transcripts written for measuring only by a
+  helper who read nothing of the project, committed before any run on them: 10 how-tos (six plain cleaning,
+  upkeep or no-cook tasks, one told in the past tense, two with almost no teaching words, two opening on a
+  sponsor read or a chatty story) and 10 vlogs, reviews (one an unboxing), talks and news about physical work;
+  it measures the one-account reading (issue 38's sixteenth pass) against the answer words, on the same replies;
+- blind2 (heldout/filter_transcripts_2.jsonl): 18 transcripts written for measuring only by a
   helper who read nothing of the project, committed before any run on them: 9 how-tos (list-like recipes,
   chatty routines, repairs) and 9 vlogs, reviews, an unboxing, talks and news that mention physical work
   or say "how to". Spent: it measured a design (explanations read by their stance, issue 38's eleventh
@@ -26,7 +31,8 @@ import re
 import sys
 from pathlib import Path
 
-SETS = {"blind2": Path(__file__).parent / "heldout" / "filter_transcripts_2.jsonl",
+SETS = {"blind3": Path(__file__).parent / "heldout" / "filter_transcripts_3.jsonl",
+        "blind2": Path(__file__).parent / "heldout" / "filter_transcripts_2.jsonl",
         "measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
         "tune": Path(__file__).parent / "heldout" / "filter_tune.jsonl"}
 DEFAULT_SET = next(iter(SETS))  # the first: the newest held-out set
@@ -61,6 +67,24 @@ def summary(rows: list[dict]) -> dict:
             "label_against_its_reason": sum(not agrees_with_reason(r["label"], r["reason"]) for r in rows)}
 
 
+def answers_word_label(decision: dict) -> dict:
+    """The label and reason from the same replies with one account read by its answer words, as before the
+    sixteenth pass: filter_instructional.decide without the accounts' cosine (exact: the same replies are
+    written either way)."""
+    from vi.pipelines.showhowto import filter_instructional as fi
+
+    def answer(asked: dict | None) -> fi.Answer | None:
+        if asked is None:
+            return None
+        return fi.Answer({"Yes": True, "No": False}.get(asked.get("answer")), asked.get("explanation", ""),
+                         asked.get("log_odds"))
+
+    if "paper" not in decision:  # no narration: no question asked
+        return {}
+    before = fi.decide(answer(decision["paper"]), answer(decision.get("negated")))
+    return {"label": before["label"], "reason": before["reason"], "method": before["decision"]["method"]}
+
+
 def run(llm: str, which: str = DEFAULT_SET, ask: str = "both", threads: int | None = None, interleave: bool = False,
         save: Path | None = None) -> dict:
     from vi.core.models.catalog import DEFAULT_LLM
@@ -83,16 +107,19 @@ def run(llm: str, which: str = DEFAULT_SET, ask: str = "both", threads: int | No
                 out.write(json.dumps({"id": item["id"], "kind": item["kind"], "truth": item["truth"], **got}) + "\n")
         rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
                      "reason": got["reason"], "method": decision.get("method"),
-                     **{k: decision[k] for k in ("paper", "negated", "score") if k in decision}})
-    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), **summary(rows), "rows": rows}
+                     **{k: decision[k] for k in ("paper", "negated", "score", "accounts_cosine") if k in decision},
+                     "answer_words": answers_word_label(decision)})
+    before = [r | r["answer_words"] for r in rows if r["answer_words"]]
+    return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), **summary(rows),
+            "answer_words": summary(before) if ask == "both" and len(before) == len(rows) else None, "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=list(SETS), default=DEFAULT_SET,
-                        help="blind2, measure: held out, each measured once (spent); tune: for designing "
-                             "(default %(default)s)")
+                        help="blind3: held out; blind2, measure: held out, each measured once (spent); "
+                             "tune: for designing (default %(default)s)")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the cores, at most 8)")

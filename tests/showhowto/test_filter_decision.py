@@ -32,12 +32,14 @@ class AlwaysYes:
     name = "always-yes"
     n_ctx = 4096
 
-    def __init__(self, explanation: str):
+    def __init__(self, explanation: str, opposite_explanation: str | None = None):
         self.explanation, self.calls = explanation, []
+        self.opposite_explanation = opposite_explanation or explanation  # what it says to the opposite question
 
     def chat(self, messages, *, schema=None, max_tokens=512, temperature=0.0, seed=0):
         self.calls.append(messages)
-        return ChatReply(json.dumps({"explanation": self.explanation, "answer": "Yes"}), 0, 0, "stop")
+        said = self.opposite_explanation if negated(messages) else self.explanation
+        return ChatReply(json.dumps({"explanation": said, "answer": "Yes"}), 0, 0, "stop")
 
 
 class ScoringAlwaysYes(AlwaysYes):
@@ -47,8 +49,8 @@ class ScoringAlwaysYes(AlwaysYes):
 
     BIAS = 3.0
 
-    def __init__(self, explanation: str, evidence: float):
-        super().__init__(explanation)
+    def __init__(self, explanation: str, evidence: float, opposite_explanation: str | None = None):
+        super().__init__(explanation, opposite_explanation)
         self.evidence, self.scored = evidence, []
 
     def option_log_probs(self, messages, options, reply_prefix=""):
@@ -85,7 +87,7 @@ def test_a_judge_that_always_says_yes_does_not_label_a_vlog_instructional(monkey
     assert alone["label"] is True and len(judge.calls) == 1
     # Asked both ways (the default), its Yes says "how-to" once and "not a how-to" once: no evidence either
     # way, so it comes out uncertain and set aside, with the explanation of the answer that argued so
-    judge = AlwaysYes("The video is a vlog of the narrator's moving day.")
+    judge = AlwaysYes("The video demonstrates how to pack boxes.", "The video is a vlog of the narrator's moving day.")
     out = classify(VLOG, judge, monkeypatch)
     assert len(judge.calls) == 2 and negated(judge.calls[1]) and not negated(judge.calls[0])
     assert out["label"] is False and out["decision"]["uncertain"] is True
@@ -98,7 +100,7 @@ def test_a_judge_that_always_says_yes_does_not_label_a_vlog_instructional(monkey
 def test_a_yes_bias_in_the_scored_answers_cancels_and_the_content_decides(monkeypatch, evidence, label):
     # The judge's Yes outweighs the content in each question alone (3 vs 1): it writes Yes to both, and
     # scored alone each question would say Yes. Combined, (paper - opposite) / 2 leaves the content.
-    judge = ScoringAlwaysYes("It is about a moving day.", evidence)
+    judge = ScoringAlwaysYes("It shows how to pack for a move.", evidence, "It is a vlog of a moving day.")
     out = classify(VLOG if not label else HOWTO, judge, monkeypatch)
     assert out["label"] is label
     assert out["decision"]["score"] == pytest.approx(evidence)
@@ -111,6 +113,49 @@ def test_a_yes_bias_in_the_scored_answers_cancels_and_the_content_decides(monkey
     else:  # the paper's Yes is overruled: the opposite question's reply is written for the reason
         assert out["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
         assert len(judge.calls) == 2 and out["decision"]["negated"]["answer"] == "Yes"
+
+
+@pytest.mark.parametrize("account, howto", [
+    ("The video demonstrates how to make overnight oats, ingredient by ingredient.", True),
+    ("The video is a vlog of the narrator's moving day, with physical steps.", False)])
+def test_one_account_answered_both_ways_is_read_not_its_answer_words(monkeypatch, account, howto):
+    # The model writes one account of the video to both questions and its favourite word to each (set 9's
+    # overnight oats, set 14's range hood, the Lisbon vlog): the answer words say nothing, so the account is
+    # read for the paper's criterion, whatever the near-zero score says; the real sentence embedder reads the
+    # two explanations' heads as one account (their elaborations differ)
+    for evidence in (-0.05, 0.05):
+        opposite = account.split(",")[0] + ", as the narrator goes."
+        judge = ScoringAlwaysYes(account, evidence, opposite)
+        out = classify(HOWTO if howto else VLOG, judge, monkeypatch)
+        if evidence > 0:  # the paper's Yes agrees with the score: the opposite is never written, nothing to read
+            assert out["decision"]["method"] == "log-odds of both questions; the paper's answer agrees"
+            continue
+        assert out["label"] is howto and out["decision"]["one_account"] is True
+        assert out["decision"]["accounts_cosine"] == pytest.approx(1.0, abs=1e-3)
+        assert out["reason"] == (account if howto else opposite)  # an explanation that says what the label does
+    # written as two accounts, the opposite's Yes overrules as before
+    judge = ScoringAlwaysYes(account, -0.05, "It is a vlog of a moving day, not a demonstration.")
+    other = classify(HOWTO, judge, monkeypatch)
+    assert other["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
+    assert "one_account" not in other["decision"] and other["label"] is False
+
+
+def test_an_account_claims_a_task_in_the_papers_words_unless_it_negates_them():
+    assert fi.claims_task("The video demonstrates how to clean a range hood filter, with physical steps.")
+    assert fi.claims_task("The narrator teaches knife skills") and fi.claims_task("It shows step by step a repair")
+    assert not fi.claims_task("The video shows a day in Lisbon, how to get there and what to eat.")  # after the head
+    assert not fi.claims_task("It is not a demonstration of how to do a task")
+    assert not fi.claims_task("The video is about a marathon runner's diet")
+
+
+def test_one_account_is_read_only_where_the_written_answers_disagree():
+    same = "The video demonstrates how to oil a hinge."
+    agree = fi.decide(fi.Answer(True, same, 0.5), fi.Answer(False, same, 1.5), accounts_cosine=1.0)
+    assert agree["decision"]["method"] == "both written answers agree, against the log-odds"
+    unscored = fi.decide(fi.Answer(True, same), fi.Answer(True, same), accounts_cosine=0.95)
+    assert unscored["label"] is True and unscored["decision"]["one_account"] is True
+    apart = fi.decide(fi.Answer(True, same), fi.Answer(True, "A vlog."), accounts_cosine=0.5)
+    assert apart["decision"]["method"] == "questions disagree; uncertain, set aside" and apart["reason"] == "A vlog."
 
 
 def test_written_answers_that_agree_outweigh_scores_that_say_otherwise():
