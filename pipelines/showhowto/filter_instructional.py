@@ -30,19 +30,18 @@ The reason written is always the explanation of a written answer that argues for
 decided. `--ask paper` asks the paper's question alone (one request, its answer as it is).
 
 One account, two answer words. Where the two written answers say opposite things of the video, the
-model may have written one account of it to both questions and then its favourite word to each. On two
-blind sets it explained "The video demonstrates how to make overnight oats" (and "...how to clean a range
-hood filter") to the paper's question and to its opposite, answered Yes to both, and the opposite's Yes,
-near a zero score (-0.02, -0.06), set a how-to aside with a reason that argues for one; the Lisbon vlog of
-the test transcripts is the same with a vlog's account ("shows a day in Lisbon" / "is about a day in
-Lisbon"). The answer words then say nothing, and the account is all the written evidence there is: it is
-read, not its answer words. The account is each explanation's head, up to its first comma, colon or
-semicolon (where the model says what the video is; what follows elaborates, "not a demonstration..."
-among it); the two are one account where the sentence embedder reads their heads as paraphrases
-(cosine >= ONE_ACCOUNT; different accounts of one video read 0.20-0.81 on spent material). One account
-argues for a how-to where its head says the paper's criterion in its own words, "how to", "teaches" or
-"step by step", not negated (TASK_WORDS); the label is what it argues, the reason the explanation that
-says so, and `decision` marks it `one_account`, with the cosine.
+model may have given the same account of it to both questions and then its favourite word to each. On
+blind sets it explained "The video demonstrates how to make overnight oats" (set 9), "...how to clean a
+range hood filter" (set 14) and "The video shows how to clean oven racks" (filter set 3) to the paper's
+question and to its opposite, answered Yes to both, and the opposite's Yes, near a zero score (-0.02 to
+-0.10), set a how-to aside with a reason that argues for one. The answer words then say nothing; the
+accounts are the written evidence, so they are read. Each explanation's head, up to its first comma,
+colon or semicolon, is where the model says what the video is (what follows elaborates, "not a
+demonstration..." among it); a head argues for a how-to where it says the paper's criterion in its words,
+"how to", "teaches" or "step by step", not negated (claims_task). Where both heads argue the same, that
+is the label (`one_account` in `decision`), and the reason is the explanation whose answer agrees with
+it; where they argue differently (a how-to's account to one question, "a review of..." to the other), the
+answer words and the score decide as above.
 """
 
 from __future__ import annotations
@@ -54,8 +53,6 @@ from pathlib import Path
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.core.devices import resolve_placement
-from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import LLMConfig, check_llm, gives_likelihoods
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
@@ -66,7 +63,6 @@ NO_TITLE = "(no title)"
 ASK = ("both", "paper")
 ANSWERS = ("Yes", "No")
 ANSWER_FIRST = '{"answer": "'  # the reply read at its answer, before any explanation, for scoring
-ONE_ACCOUNT = 0.9  # cosine at which the two explanations' heads are one account of the video (see the docstring)
 HEAD_END = re.compile(r"[,;:]")  # an explanation's head: what the model says the video is, before it elaborates
 TASK_WORDS = re.compile(r"\bhow to\b|\bteach|\bstep[- ]by[- ]step\b", re.I)  # the paper's criterion, its words
 NEGATION = re.compile(r"\bnot\b|n't\b|\bno\b|\bneither\b|\bnor\b", re.I)
@@ -97,7 +93,6 @@ class FilterConfig(LLMConfig):
         "${transcript}."))
     max_chars: int = option(1500, help=(  # of transcript text shown to the model
         "Transcript characters shown to the model (2,000 more for videos over 400 s)."))
-    text_model: str = internal(DEFAULT_TEXT_EMBEDDING)  # tells whether the two explanations are one account
     long_video_s: float = internal(400.0)  # videos longer than this ...
     long_extra_chars: int = internal(2000)  # ... show this much more
     template: ChatPrompt = internal(init=False)
@@ -108,29 +103,11 @@ class FilterConfig(LLMConfig):
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
         if self.ask not in ASK:
             raise ValueError(f"--ask must be one of {', '.join(ASK)}, got {self.ask!r}")
-        if self.ask == "both":  # its embedder reads the two explanations where they disagree: exit 5 first
-            from vi.core.models.resolve import resolve
-
-            resolve(self.text_model, "text-embedding")
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))
         object.__setattr__(self, "negated_template", load_prompt(
             "filter_instructional_negated", self.negated_prompt, needs=("title", "transcript")))
-
-
-    def accounts_cosine(self, paper: Answer, negated: Answer | None) -> float | None:
-        """Cosine of the two written explanations' heads by the sentence embedder, where the written answers
-        say opposite things of the video (the only place it is read); None elsewhere."""
-        if negated is None or negated.yes is None or paper.yes == negated.says_howto(negated=True):
-            return None
-        heads = [head(paper.explanation), head(negated.explanation)]
-        if not all(heads):
-            return None
-        from vi.core.models.text_embedding import load_text_embedder
-
-        first, second = load_text_embedder(self.text_model, resolve_placement(self.device)).encode(heads)
-        return float(first @ second)
 
 
 def transcript_excerpt(record: dict, config: FilterConfig) -> str:
@@ -196,34 +173,34 @@ def claims_task(account: str) -> bool:
     return bool(TASK_WORDS.search(said)) and not NEGATION.search(said)
 
 
-def one_account(paper: Answer, negated: Answer, score: float | None, cosine: float) -> dict:
-    """The decision where the two written answers say opposite things of the video from one account of it:
-    the answer words say nothing; the account decides, read for the paper's criterion (claims_task). The
-    reason is the explanation whose answer argues what the account does."""
+def one_account(paper: Answer, negated: Answer, score: float | None) -> dict | None:
+    """The decision where the two written answers say opposite things of the video and both explanations'
+    heads argue the same (claims_task): the answer words say nothing; the accounts decide. The reason is the
+    explanation whose answer agrees with them. None where the heads argue differently."""
     label = claims_task(paper.explanation)
+    if claims_task(negated.explanation) != label:
+        return None
     return {"label": label, "reason": paper.explanation if paper.yes == label else negated.explanation,
-            "decision": {"method": "one account, two answer words: the account read", "one_account": True,
-                         "accounts_cosine": round(cosine, 3),
+            "decision": {"method": "one account, two answer words: the accounts read", "one_account": True,
                          **({"score": round(score, 3)} if score is not None else {}),
                          "paper": paper.as_json(), "negated": negated.as_json()}}
 
 
-def decide(paper: Answer, negated: Answer | None, accounts_cosine: float | None = None) -> dict:
+def decide(paper: Answer, negated: Answer | None, read_accounts: bool = True) -> dict:
     """The `instructional` fields from the questions' answers, pure (see the module's docstring).
-    `negated` None: the paper's question alone. `accounts_cosine`: how alike the two explanations are, where
-    the written answers say opposite things of the video (FilterConfig.accounts_cosine). The reason is always
-    an explanation whose written answer argues for the label, or says why the decision is uncertain."""
+    `negated` None: the paper's question alone. `read_accounts` False: the answer words decide where the two
+    accounts say the same (before issue 38's sixteenth pass; for the quality script's comparison). The reason
+    is always an explanation whose written answer argues for the label."""
     if negated is None:
         return {"label": paper.yes, "reason": paper.explanation,
                 "decision": {"method": "paper", "paper": paper.as_json()}}
     asked = {"paper": paper.as_json(), "negated": negated.as_json()}
     score = combined_score(paper, negated)
     opposite = negated.says_howto(negated=True)
-    if accounts_cosine is not None and accounts_cosine >= ONE_ACCOUNT and opposite is not None \
-            and opposite != paper.yes:
-        return one_account(paper, negated, score, accounts_cosine)
-    if accounts_cosine is not None:  # read, and two accounts: the answer words decide as below
-        asked["accounts_cosine"] = round(accounts_cosine, 3)
+    if read_accounts and opposite is not None and opposite != paper.yes:  # the written answers disagree
+        read = one_account(paper, negated, score)
+        if read is not None:
+            return read
     if score is not None:  # the likelihoods decide; the reason is a written answer that agrees
         label = score > 0
         scored = {"score": round(score, 3), **asked}
@@ -279,7 +256,7 @@ def classify(record: dict, config: FilterConfig) -> dict:
         # written (a constrained reply: the costly part) only where a reason or the vote needs it
         if score is None or (score > 0) != paper.yes:
             negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
-    decided = decide(paper, negated, config.accounts_cosine(paper, negated))
+    decided = decide(paper, negated)
     return {"instructional": {"label": decided["label"], "reason": decided["reason"], "model": config.llm,
                               "decision": decided["decision"]}}
 

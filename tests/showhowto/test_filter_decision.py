@@ -119,10 +119,9 @@ def test_a_yes_bias_in_the_scored_answers_cancels_and_the_content_decides(monkey
     ("The video demonstrates how to make overnight oats, ingredient by ingredient.", True),
     ("The video is a vlog of the narrator's moving day, with physical steps.", False)])
 def test_one_account_answered_both_ways_is_read_not_its_answer_words(monkeypatch, account, howto):
-    # The model writes one account of the video to both questions and its favourite word to each (set 9's
-    # overnight oats, set 14's range hood, the Lisbon vlog): the answer words say nothing, so the account is
-    # read for the paper's criterion, whatever the near-zero score says; the real sentence embedder reads the
-    # two explanations' heads as one account (their elaborations differ)
+    # The model gives the same account of the video to both questions and its favourite word to each (set 9's
+    # overnight oats, set 14's range hood, filter set 3's oven racks): the answer words say nothing, so the
+    # accounts are read for the paper's criterion, whatever the near-zero score says
     for evidence in (-0.05, 0.05):
         opposite = account.split(",")[0] + ", as the narrator goes."
         judge = ScoringAlwaysYes(account, evidence, opposite)
@@ -131,13 +130,15 @@ def test_one_account_answered_both_ways_is_read_not_its_answer_words(monkeypatch
             assert out["decision"]["method"] == "log-odds of both questions; the paper's answer agrees"
             continue
         assert out["label"] is howto and out["decision"]["one_account"] is True
-        assert out["decision"]["accounts_cosine"] == pytest.approx(1.0, abs=1e-3)
         assert out["reason"] == (account if howto else opposite)  # an explanation that says what the label does
-    # written as two accounts, the opposite's Yes overrules as before
+    if not howto:
+        return
+    # where the accounts differ (a how-to's to one question, a vlog's to the other), the opposite's Yes
+    # overrules as before
     judge = ScoringAlwaysYes(account, -0.05, "It is a vlog of a moving day, not a demonstration.")
     other = classify(HOWTO, judge, monkeypatch)
-    assert other["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
     assert "one_account" not in other["decision"] and other["label"] is False
+    assert other["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
 
 
 def test_an_account_claims_a_task_in_the_papers_words_unless_it_negates_them():
@@ -148,14 +149,17 @@ def test_an_account_claims_a_task_in_the_papers_words_unless_it_negates_them():
     assert not fi.claims_task("The video is about a marathon runner's diet")
 
 
-def test_one_account_is_read_only_where_the_written_answers_disagree():
+def test_accounts_are_read_only_where_the_written_answers_disagree():
     same = "The video demonstrates how to oil a hinge."
-    agree = fi.decide(fi.Answer(True, same, 0.5), fi.Answer(False, same, 1.5), accounts_cosine=1.0)
+    agree = fi.decide(fi.Answer(True, same, 0.5), fi.Answer(False, same, 1.5))
     assert agree["decision"]["method"] == "both written answers agree, against the log-odds"
-    unscored = fi.decide(fi.Answer(True, same), fi.Answer(True, same), accounts_cosine=0.95)
+    unscored = fi.decide(fi.Answer(True, same), fi.Answer(True, same))
     assert unscored["label"] is True and unscored["decision"]["one_account"] is True
-    apart = fi.decide(fi.Answer(True, same), fi.Answer(True, "A vlog."), accounts_cosine=0.5)
-    assert apart["decision"]["method"] == "questions disagree; uncertain, set aside" and apart["reason"] == "A vlog."
+    before = fi.decide(fi.Answer(True, same), fi.Answer(True, same), read_accounts=False)
+    assert before["decision"]["method"] == "questions disagree; uncertain, set aside"
+    apart = fi.decide(fi.Answer(True, same), fi.Answer(True, "It is a vlog."))
+    assert apart["decision"]["method"] == "questions disagree; uncertain, set aside"
+    assert apart["reason"] == "It is a vlog."
 
 
 def test_written_answers_that_agree_outweigh_scores_that_say_otherwise():
