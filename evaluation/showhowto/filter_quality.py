@@ -1,8 +1,14 @@
 """`vi filter-instructional` on held-out transcripts: accuracy per kind, and whether each label agrees
 with the model's own explanation.
 
-Four sets, kept apart:
-- blind3 (heldout/filter_transcripts_3.jsonl, the default): 20 transcripts written for measuring only by a
+Five sets, kept apart:
+- blind4 (heldout/filter_transcripts_4.jsonl, the default): 20 transcripts written for measuring only by a
+  helper who read nothing of the project, committed before any run on them: 10 how-tos (four told as a
+  story or in the past tense, household tasks with few teaching words, chatty or sponsored openings, a
+  life hack) and 10 vlogs, reviews (one an unboxing), talks and news about physical work, some saying "how";
+  it measures the accounts read where the written answers disagree against the answer words, on the same
+  replies (answer_words);
+- blind3 (heldout/filter_transcripts_3.jsonl): 20 transcripts written for measuring only by a
   helper who read nothing of the project, committed before any run on them: 10 how-tos (six plain cleaning,
   upkeep or no-cook tasks, one told in the past tense, two with almost no teaching words, two opening on a
   sponsor read or a chatty story) and 10 vlogs, reviews (one an unboxing), talks and news about physical work;
@@ -32,7 +38,8 @@ import re
 import sys
 from pathlib import Path
 
-SETS = {"blind3": Path(__file__).parent / "heldout" / "filter_transcripts_3.jsonl",
+SETS = {"blind4": Path(__file__).parent / "heldout" / "filter_transcripts_4.jsonl",
+        "blind3": Path(__file__).parent / "heldout" / "filter_transcripts_3.jsonl",
         "blind2": Path(__file__).parent / "heldout" / "filter_transcripts_2.jsonl",
         "measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
         "tune": Path(__file__).parent / "heldout" / "filter_tune.jsonl"}
@@ -118,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=list(SETS), default=DEFAULT_SET,
-                        help="blind3: held out; blind2, measure: held out, each measured once (spent); "
+                        help="blind4: held out; blind3, blind2, measure: held out, each measured once (spent); "
                              "tune: for designing (default %(default)s)")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
