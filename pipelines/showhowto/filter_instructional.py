@@ -42,6 +42,9 @@ demonstration..." among it); a head argues for a how-to where it says the paper'
 is the label (`one_account` in `decision`), and the reason is the explanation whose answer agrees with
 it; where they argue differently (a how-to's account to one question, "a review of..." to the other), the
 answer words and the score decide as above.
+
+A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
+without asking the model: there is no narration to mine steps from.
 """
 
 from __future__ import annotations
