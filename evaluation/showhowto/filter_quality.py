@@ -6,8 +6,8 @@ Five sets, kept apart:
   helper who read nothing of the project, committed before any run on them: 10 how-tos (four told as a
   story or in the past tense, household tasks with few teaching words, chatty or sponsored openings, a
   life hack) and 10 vlogs, reviews (one an unboxing), talks and news about physical work, some saying "how";
-  it measures the accounts read where the written answers disagree against the answer words, on the same
-  replies (answer_words);
+  spent: it measured the accounts read where the written answers disagree against the answer words, on the
+  same replies (answer_words), and the reading was kept;
 - blind3 (heldout/filter_transcripts_3.jsonl): 20 transcripts written for measuring only by a
   helper who read nothing of the project, committed before any run on them: 10 how-tos (six plain cleaning,
   upkeep or no-cook tasks, one told in the past tense, two with almost no teaching words, two opening on a
@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=list(SETS), default=DEFAULT_SET,
-                        help="blind4: held out; blind3, blind2, measure: held out, each measured once (spent); "
+                        help="blind4, blind3, blind2, measure: held out, each measured once (spent); "
                              "tune: for designing (default %(default)s)")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")
