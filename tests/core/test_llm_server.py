@@ -67,7 +67,9 @@ def test_a_stage_through_the_server_matches_the_model_in_process(server):
     server's first request (this test runs first in the module). Later requests reuse the
     previous prompt's KV-cache prefix on llama-cpp-python's server, which vi in process does
     not (it resets per record): a different split of the same computation, whose rounding can
-    change a tiny model's greedy reply, so for them only the labels are compared."""
+    change a tiny model's greedy reply, so for them only the answer words are compared. The labels
+    are not: a server scores no answers, so filter-instructional decides there from both written
+    answers, in process from their likelihoods (its decision says which)."""
     spec = f"openai:smollm2@{server}"
     first = RECORDS.splitlines(keepends=True)[0]
     remote_first = run_vi("filter-instructional", "-q", "--llm", spec, stdin=first, check=True)
@@ -76,10 +78,12 @@ def test_a_stage_through_the_server_matches_the_model_in_process(server):
     remote_out, local_out = jsonl(remote.stdout), jsonl(local.stdout)
     assert [r["instructional"]["model"] for r in remote_out] == [spec, spec]
     assert [r["instructional"]["model"] for r in local_out] == [SMOL, SMOL]
-    reply = lambda r: {k: r["instructional"][k] for k in ("label", "reason")}  # noqa: E731
+    paper = lambda r: r["instructional"]["decision"]["paper"]  # noqa: E731  (the paper's question, written)
+    reply = lambda r: {k: paper(r)[k] for k in ("answer", "explanation")}  # noqa: E731
     assert reply(jsonl(remote_first.stdout)[0]) == reply(local_out[0])
     assert [r["id"] for r in remote_out] == ["bike", "vlog"]  # two in flight, written in input order
-    assert [r["instructional"]["label"] for r in remote_out] == [r["instructional"]["label"] for r in local_out]
+    assert [paper(r)["answer"] for r in remote_out] == [paper(r)["answer"] for r in local_out]
+    assert all("log_odds" not in paper(r) for r in remote_out) and all("log_odds" in paper(r) for r in local_out)
 
 
 def test_pair_qa_and_extract_steps_run_through_the_server(server):
