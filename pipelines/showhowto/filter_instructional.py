@@ -176,17 +176,10 @@ def claims_task(account: str) -> bool:
     return bool(TASK_WORDS.search(said)) and not NEGATION.search(said)
 
 
-def one_account(paper: Answer, negated: Answer, score: float | None) -> dict | None:
-    """The decision where the two written answers say opposite things of the video and both explanations'
-    heads argue the same (claims_task): the answer words say nothing; the accounts decide. The reason is the
-    explanation whose answer agrees with them. None where the heads argue differently."""
+def accounts_label(paper: Answer, negated: Answer) -> bool | None:
+    """What both explanations' heads argue (claims_task) where they argue the same; None where they differ."""
     label = claims_task(paper.explanation)
-    if claims_task(negated.explanation) != label:
-        return None
-    return {"label": label, "reason": paper.explanation if paper.yes == label else negated.explanation,
-            "decision": {"method": "one account, two answer words: the accounts read", "one_account": True,
-                         **({"score": round(score, 3)} if score is not None else {}),
-                         "paper": paper.as_json(), "negated": negated.as_json()}}
+    return label if claims_task(negated.explanation) == label else None
 
 
 def decide(paper: Answer, negated: Answer | None, read_accounts: bool = True) -> dict:
@@ -200,10 +193,12 @@ def decide(paper: Answer, negated: Answer | None, read_accounts: bool = True) ->
     asked = {"paper": paper.as_json(), "negated": negated.as_json()}
     score = combined_score(paper, negated)
     opposite = negated.says_howto(negated=True)
-    if read_accounts and opposite is not None and opposite != paper.yes:  # the written answers disagree
-        read = one_account(paper, negated, score)
-        if read is not None:
-            return read
+    read = accounts_label(paper, negated) if read_accounts and opposite is not None and opposite != paper.yes \
+        else None  # where the written answers disagree, the two accounts, if they say the same, decide
+    if read is not None:
+        return {"label": read, "reason": paper.explanation if paper.yes == read else negated.explanation,
+                "decision": {"method": "one account, two answer words: the accounts read", "one_account": True,
+                             **({"score": round(score, 3)} if score is not None else {}), **asked}}
     if score is not None:  # the likelihoods decide; the reason is a written answer that agrees
         label = score > 0
         scored = {"score": round(score, 3), **asked}
