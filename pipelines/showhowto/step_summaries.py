@@ -17,14 +17,22 @@ and align-frames places frames). A line that names SUMMARY_STEPS or more steps, 
 EDGE_STEPS steps before it, is a preview; mirrored, a recap. The position matters: a step in the middle of
 the procedure that repeats earlier actions (a second screw driven like the first) is never taken for one.
 
-On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) this reads 19
-lines as previews or recaps (13 in intros, 6 recaps near the end) and no step's line; it misses lists whose
-clauses are single words ("seal, drawer, filter") or run together without commas, as unpunctuated speech
-does. On blind set 14 it dropped one recap step and no true step, and missed two past-tense recaps of short
-clauses ("So we washed it, taped it off, sanded it down..."); on blind set 15 it dropped one preview (a list
-of the tools) and no true step. Reading each step's clauses too, at 0.5, caught those two recaps on set 14
-but gave the same steps as this on set 15, so it was not kept: evaluation/showhowto/RESULTS.md, fourteenth
-and fifteenth passes.
+A terse list's items are single words ("So: scrub, dry, sand, oil, wipe, repeat"), which an embedder reads
+poorly alone; they are the steps' own verbs and nouns, so a single word names the steps whose lines say it
+(by Porter stem), unless half the steps or more do (then it is a word of talk: "so", "now"). A lone word
+in a line ("First, I'm going to give it a good scrub...") is a marker, not a list's item, so single words
+are read only where a line has LISTED_WORDS or more of them.
+
+On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) the phrases
+alone read 19 lines as previews or recaps and no step's line; on the truths of sets 1-15, the six and the
+pressure cooker (110 narrations) they read 27, and with the single words 36 (the 9 more are terse recaps, one
+a preview), still no step's line. Lists run together without commas, as unpunctuated speech does, and lists
+whose words are not the steps' own ("disconnect" for "loosen the clamp") are still missed. On blind set 14
+the phrases dropped one recap step and no true step, and missed two past-tense recaps of short clauses ("So
+we washed it, taped it off, sanded it down..."); on blind set 15 they dropped one preview (a list of the
+tools) and no true step; reading each step's clauses too, at 0.5, gave the same steps there, so it was not
+kept. The single words were designed after set 15 (its "So: scrub, dry, sand, oil, wipe, repeat" step) and
+measured on blind set 16: evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
 
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
@@ -33,17 +41,43 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 CLAUSE_MATCH = 0.45  # cosine a clause needs with a step's lines to name that step
 SUMMARY_STEPS = 3  # steps a line must name, in order, to be a preview or a recap
 EDGE_STEPS = 2  # steps that may start before a preview (or after a recap): a stray greeting or outro step
+LISTED_WORDS = 2  # one-word clauses a line needs for its single words to be read as a list's items
 CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
+WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
 
 def clauses(text: str) -> list[str]:
-    """The parts of a line between commas, colons, semicolons, "and" and "then", of two words or more."""
+    """The parts of a line between commas, colons, semicolons, "and" and "then", in order, one word or more."""
     parts = CLAUSE_BREAKS.split(text.strip().rstrip(".!?").lower())
-    return [part.strip() for part in parts if len(part.split()) >= 2]
+    return [part.strip() for part in parts if part.split()]
+
+
+@lru_cache(maxsize=1)
+def _stem():
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer().stem
+
+
+def stems(text: str) -> set[str]:
+    """The Porter stems of a text's words ("sanded", "sanding" and "sand" share one)."""
+    stem = _stem()
+    return {stem(word.removesuffix("'s")) for word in WORD.findall(text.lower())}
+
+
+def word_names(word: str, steps: Sequence[str]) -> list[bool]:
+    """Which of `steps` a one-word clause names: those whose lines say the word (by stem), unless they are half
+    the steps or more. An embedder reads one word alone poorly, and a recap's "scrub, dry, sand, oil" is the
+    steps' own verbs; a word said on most steps ("so", "now", "it") names none of them."""
+    said = [stems(text) for text in steps]
+    key = _stem()(word.removesuffix("'s"))
+    hits = [key in words for words in said]
+    return hits if 2 * sum(hits) < len(steps) else [False] * len(steps)
 
 
 def steps_named(matches: Sequence[Sequence[bool]]) -> int:
@@ -60,7 +94,8 @@ def steps_named(matches: Sequence[Sequence[bool]]) -> int:
 def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
                  embed: Callable[[list[str]], object]) -> str | None:
     """"preview", "recap" or None for `line`, given the lines said on the steps that start `before` it and
-    `after` it (each step's lines as one text, in order); `embed(texts)` gives unit-length vectors."""
+    `after` it (each step's lines as one text, in order); `embed(texts)` gives unit-length vectors. A clause
+    of two words or more names a step by the embedder, a single word by the step's own words (word_names)."""
     sides = [(kind, named, other) for kind, named, other in (("preview", after, before), ("recap", before, after))
              if len(named) >= SUMMARY_STEPS and len(other) <= EDGE_STEPS]
     parts = clauses(line)
@@ -68,10 +103,17 @@ def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
         return None
     import numpy as np
 
-    for kind, named, _ in sides:
-        vectors = np.asarray(embed(parts + list(named)))
-        similar = vectors[:len(parts)] @ vectors[len(parts):].T >= CLAUSE_MATCH
-        if steps_named(similar.tolist()) >= SUMMARY_STEPS:
+    phrases = [part for part in parts if len(part.split()) >= 2]
+    listed = len(parts) - len(phrases) >= LISTED_WORDS  # a lone word is a "first" or "so", not a list's item
+    for kind, named, other in sides:
+        vectors = np.asarray(embed(phrases + list(named))) if phrases else None
+        similar = iter((vectors[:len(phrases)] @ vectors[len(phrases):].T >= CLAUSE_MATCH).tolist()
+                       if phrases else [])
+        everyone = list(other) + list(named)
+        matches = [next(similar) if len(part.split()) >= 2
+                   else word_names(part, everyone)[len(other):] if listed else [False] * len(named)
+                   for part in parts]
+        if steps_named(matches) >= SUMMARY_STEPS:
             return kind
     return None
 

@@ -9,7 +9,7 @@ import pytest
 
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.step_citations import SegmentNames
-from vi.pipelines.showhowto.step_summaries import clauses, drop_summaries, steps_named, summary_kind
+from vi.pipelines.showhowto.step_summaries import clauses, drop_summaries, steps_named, summary_kind, word_names
 from tests.showhowto.grounding_fakes import words_embedder
 from tests.showhowto.test_extract_steps_quality import CopyingLLM, use_llm
 
@@ -18,9 +18,37 @@ ACTIONS = ["Cream the butter and sugar until fluffy.", "Add the eggs one at a ti
 PREVIEW = "So we'll cream the butter, add the eggs, mix in the flour, and bake it."
 
 
-def test_clauses_are_cut_at_commas_and_and_and_keep_two_words_or_more():
+def test_clauses_are_cut_at_commas_and_and_and_then():
     assert clauses(PREVIEW) == ["so we'll cream the butter", "add the eggs", "mix in the flour", "bake it"]
-    assert clauses("Seal, drawer, filter and a hot cycle.") == ["a hot cycle"]  # single words name nothing
+    assert clauses("Seal, drawer, filter and a hot cycle.") == ["seal", "drawer", "filter", "a hot cycle"]
+
+
+def test_a_single_word_names_the_steps_that_say_it_unless_most_steps_do():
+    steps = ["Now scrub the bench with soapy water.", "Now let it dry in the sun.", "Sanding it down now, 120 grit.",
+             "Brush on the oil."]
+    assert word_names("sanded", steps) == [False, False, True, False]  # by stem: sanded, sanding
+    assert word_names("now", steps) == [False] * 4  # said on most steps: a word of talk, no step's
+
+
+def test_a_terse_list_of_single_words_is_a_recap_and_a_lone_word_is_not_a_list():
+    steps = ["First I scrub the bench with soapy water.", "Then I let it dry in the sun.",
+             "Sand it with 120 grit.", "Brush on the oil with a rag."]
+    def embed_nothing(texts):  # an embedder that relates no phrase to any step: only the words can name them
+        return [[1.0 if i == k else 0.0 for i in range(len(texts))] for k in range(len(texts))]
+    assert summary_kind("So: scrub, dry, sand, oil, repeat.", steps, [], embed_nothing) == "recap"
+    assert summary_kind("So: scrub, dry, sand, oil, repeat.", [], steps, embed_nothing) == "preview"
+    assert summary_kind("So: oil, sand, dry, scrub.", steps, [], embed_nothing) is None  # out of order
+
+
+def test_a_lone_word_is_not_read_as_a_list_item():
+    """A real first step's line, "First, ... scrub ..., ... brush": its phrases name two later steps, and its
+    lone "first" would name a third (the "first coat"), making the step a preview of the rest."""
+    after = ["Let the first coat dry completely.", "Scrub the bench again with soapy water.",
+             "Brush on the oil with a stiff brush."]
+    line = "First, give it a good scrub with soapy water and a stiff brush."
+    assert word_names("first", after) == [True, False, False]
+    assert summary_kind(line, [], after, words_embedder) is None
+    assert summary_kind(line.replace("First,", "First, then,"), [], after, words_embedder) == "preview"
 
 
 def test_steps_named_is_a_one_to_one_match_in_order():
