@@ -80,15 +80,11 @@ def answers_word_label(decision: dict) -> dict:
     the same, as before the sixteenth pass (exact: the same replies are written either way)."""
     from vi.pipelines.showhowto import filter_instructional as fi
 
-    def answer(asked: dict | None) -> fi.Answer | None:
-        if asked is None:
-            return None
-        return fi.Answer({"Yes": True, "No": False}.get(asked.get("answer")), asked.get("explanation", ""),
-                         asked.get("log_odds"))
-
     if "paper" not in decision:  # no narration: no question asked
         return {}
-    before = fi.decide(answer(decision["paper"]), answer(decision.get("negated")), read_accounts=False)
+    negated = decision.get("negated")
+    before = fi.decide(fi.Answer.from_json(decision["paper"]), negated and fi.Answer.from_json(negated),
+                       read_accounts=False)
     return {"label": before["label"], "reason": before["reason"], "method": before["decision"]["method"]}
 
 

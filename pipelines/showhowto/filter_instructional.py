@@ -151,6 +151,12 @@ class Answer:
                    if self.yes is not None else {}),
                 **({"log_odds": round(self.log_odds, 3)} if self.log_odds is not None else {})}
 
+    @classmethod
+    def from_json(cls, asked: dict) -> Answer:
+        """The inverse of as_json (log-odds as rounded there): a record's decision read back."""
+        return cls({"Yes": True, "No": False}.get(asked.get("answer")), asked.get("explanation", ""),
+                   asked.get("log_odds"))
+
     def says_howto(self, negated: bool) -> bool | None:
         """What the written answer says of the video: under the opposite question Yes means not a how-to."""
         return None if self.yes is None else self.yes != negated
