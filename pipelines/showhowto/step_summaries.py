@@ -23,16 +23,17 @@ poorly alone; they are the steps' own verbs and nouns, so a single word names th
 in a line ("First, I'm going to give it a good scrub...") is a marker, not a list's item, so single words
 are read only where a line has LISTED_WORDS or more of them.
 
-On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) the phrases
-alone read 19 lines as previews or recaps and no step's line; on the truths of sets 1-15, the six and the
-pressure cooker (110 narrations) they read 27, and with the single words 36 (the 9 more are terse recaps, one
-a preview), still no step's line. Lists run together without commas, as unpunctuated speech does, and lists
-whose words are not the steps' own ("disconnect" for "loosen the clamp") are still missed. On blind set 14
-the phrases dropped one recap step and no true step, and missed two past-tense recaps of short clauses ("So
-we washed it, taped it off, sanded it down..."); on blind set 15 they dropped one preview (a list of the
-tools) and no true step; reading each step's clauses too, at 0.5, gave the same steps there, so it was not
-kept. The single words were designed after set 15 (its "So: scrub, dry, sand, oil, wipe, repeat" step) and
-measured on blind set 16: evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
+On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) the phrases alone
+read 19 lines as previews or recaps and no step's line; on the truths of sets 1-15, the six and the pressure
+cooker (110 narrations) they read 27, and with the single words 36 (the 9 more: 8 recaps with single words among
+their items, one preview), still no step's line. Lists run together without commas, as unpunctuated speech does,
+and lists whose words are not the steps' own ("disconnect" for "loosen the clamp") are still missed. On blind
+set 14 the phrases dropped one recap step and no true step, and missed two past-tense recaps of short clauses
+("So we washed it, taped it off, sanded it down..."); on blind set 15 they dropped one preview (a list of the
+tools) and no true step; reading each step's clauses too, at 0.5, gave the same steps there, so it was not kept.
+The single words were designed after set 15 (its "So: scrub, dry, sand, oil, wipe, repeat" step) and measured on
+blind set 16, where they dropped one recap step more than the phrases alone and no true step:
+evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
 
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
