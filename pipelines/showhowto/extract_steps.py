@@ -19,10 +19,9 @@ Which lines make a step (`segmentation`):
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
   With `drop_remarks` (off by default; it met its rule on blind set 17: evaluation/showhowto/RESULTS.md,
   eighteenth pass), a step whose text reads as a remark rather than an action (scored, not asked:
-  step_remarks.py) is dropped too, and `steps.remarks` says "scored". With
-  `drop_previews` (the default), a step said on the intro's plan or an outro's recap (a line naming, in
-  order, several steps said after or before it: step_summaries.py) is dropped, and `steps.previews`
-  says "dropped".
+  step_remarks.py) is dropped too, and `steps.remarks` says "scored". With `drop_previews` (the
+  default), a step said on the intro's plan or an outro's recap (a line naming, in order, several steps
+  said after or before it: step_summaries.py) is dropped, and `steps.previews` says "dropped".
   With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
   too (narration_probe.py): fewer steps made of talk, more true steps lost. With `start_probe`,
   another reads whether a line starts a step or goes on with the one above: fewer steps merge.

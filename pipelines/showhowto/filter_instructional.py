@@ -199,8 +199,9 @@ def decide(paper: Answer, negated: Answer | None, read_accounts: bool = True) ->
     asked = {"paper": paper.as_json(), "negated": negated.as_json()}
     score = combined_score(paper, negated)
     opposite = negated.says_howto(negated=True)
-    read = accounts_label(paper, negated) if read_accounts and opposite is not None and opposite != paper.yes \
-        else None  # where the written answers disagree, the two accounts, if they say the same, decide
+    read = None
+    if read_accounts and opposite is not None and opposite != paper.yes:  # the written answers disagree:
+        read = accounts_label(paper, negated)  # the two accounts, where they say the same, decide
     if read is not None:
         return {"label": read, "reason": paper.explanation if paper.yes == read else negated.explanation,
                 "decision": {"method": "one account, two answer words: the accounts read", "one_account": True,

@@ -44,6 +44,8 @@ import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+from vi.pipelines.common.word_stems import stem
+
 CLAUSE_MATCH = 0.45  # cosine a clause needs with a step's lines to name that step
 SUMMARY_STEPS = 3  # steps a line must name, in order, to be a preview or a recap
 EDGE_STEPS = 2  # steps that may start before a preview (or after a recap): a stray greeting or outro step
@@ -58,17 +60,10 @@ def clauses(text: str) -> list[str]:
     return [part.strip() for part in parts if part.split()]
 
 
-@lru_cache(maxsize=1)
-def _stem():
-    from nltk.stem import PorterStemmer
-
-    return PorterStemmer().stem
-
-
-def stems(text: str) -> set[str]:
+@lru_cache(maxsize=1024)  # a step's lines are read once for every line and every one-word clause
+def stems(text: str) -> frozenset[str]:
     """The Porter stems of a text's words ("sanded", "sanding" and "sand" share one)."""
-    stem = _stem()
-    return {stem(word.removesuffix("'s")) for word in WORD.findall(text.lower())}
+    return frozenset(stem(word) for word in WORD.findall(text.lower()))
 
 
 def word_names(word: str, steps: Sequence[str]) -> list[bool]:
@@ -76,7 +71,7 @@ def word_names(word: str, steps: Sequence[str]) -> list[bool]:
     the steps or more. An embedder reads one word alone poorly, and a recap's "scrub, dry, sand, oil" is the
     steps' own verbs; a word said on most steps ("so", "now", "it") names none of them."""
     said = [stems(text) for text in steps]
-    key = _stem()(word.removesuffix("'s"))
+    key = stem(word)
     hits = [key in words for words in said]
     return hits if 2 * sum(hits) < len(steps) else [False] * len(steps)
 

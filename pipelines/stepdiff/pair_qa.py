@@ -38,12 +38,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
+from vi.pipelines.common.word_stems import stem
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.models.chat_backend import ChatReply
 from vi.core.seeding import record_seed
@@ -168,16 +168,8 @@ def candidates(qa_type: int, reply: str, cut_off: bool, question: str) -> list[Q
     return [QA(qa_type, q, a, cut_off and i == len(pairs) - 1) for i, (q, a) in enumerate(pairs)]
 
 
-@lru_cache(maxsize=1)
-def _stemmer():
-    from nltk.stem import PorterStemmer
-
-    return PorterStemmer()
-
-
 def content_stems(text: str) -> set[str]:
-    stem = _stemmer().stem
-    return {stem(w.removesuffix("'s")) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
+    return {stem(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
 
 
 def named_videos(answer: str) -> set[int]:
@@ -185,9 +177,7 @@ def named_videos(answer: str) -> set[int]:
 
 
 def question_key(question: str) -> str:
-    stem = _stemmer().stem
-    return " ".join(sorted({stem(w.removesuffix("'s")) for w in _WORD.findall(question.lower())
-                            if w not in QUESTION_FILLER}))
+    return " ".join(sorted({stem(w) for w in _WORD.findall(question.lower()) if w not in QUESTION_FILLER}))
 
 
 def drop_reason(qa: QA, descriptions: set[str], kept_questions: set[str], max_answer_words: int) -> str | None:
