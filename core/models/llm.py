@@ -124,7 +124,8 @@ class ChatLLM:
         except (ValueError, RuntimeError) as exc:
             raise SetupError(f"llama.cpp cannot load {path}: {exc}") from None
         self._formatter = None
-        self._lock = threading.Lock()  # one context: --concurrency's threads take turns
+        # One context: --concurrency's threads take turns. Reentrant, so a caller holding a fresh_context can score.
+        self._lock = threading.RLock()
         _open_models.add(self)
 
     def close(self) -> None:

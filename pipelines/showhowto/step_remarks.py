@@ -18,6 +18,7 @@ that scores text (llama.cpp); a server or transformers backend keeps every step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from functools import cache
 
 from vi.core.models.chat import ChatBackend, gives_likelihoods
@@ -43,12 +44,16 @@ def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> li
     backend does not score text."""
     if not gives_likelihoods(llm):
         return None
-    requests = {name: prompt.render(title=title) for name, prompt in hypothesis_prompts().items()}
-    scores = []
-    for text in texts:
-        action, remark = (float(llm.option_log_probs(requests[name], [text])[0]) for name in ("action", "remark"))
-        scores.append(round(action - remark, 3))
-    return scores
+    # One request at a time, all texts as its options: the request's prompt is evaluated once and each text
+    # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
+    # the time). In an emptied context: llama.cpp's numbers move with what its cache holds (by up to half a
+    # nat a request), and a record's steps must not depend on the record before it (--resume, --shard).
+    fresh = getattr(llm, "fresh_context", None)
+    with fresh() if fresh else nullcontext():
+        log_probs = {name: llm.option_log_probs(prompt.render(title=title), list(texts))
+                     for name, prompt in hypothesis_prompts().items()}
+    return [round(float(action) - float(remark), 3)
+            for action, remark in zip(log_probs["action"], log_probs["remark"], strict=True)]
 
 
 def drop_remarks(steps: list[tuple[int, int, str]], scores: Sequence[float], repairs: list[str], names,

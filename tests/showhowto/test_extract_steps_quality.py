@@ -549,7 +549,7 @@ class RemarkScoringLLM(CopyingLLM):
 
     def option_log_probs(self, messages, options, reply_prefix=""):
         asks_remark = "not an action of the task" in messages[-1]["content"]
-        self.scored.append((asks_remark, *options, messages[-1]["content"].splitlines()[0]))
+        self.scored += [(asks_remark, text, messages[-1]["content"].splitlines()[0]) for text in options]
         return [-10.0 if (text in self.remarks) == asks_remark else -20.0 for text in options]
 
 

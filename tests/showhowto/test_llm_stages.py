@@ -330,3 +330,22 @@ def test_the_default_model_scores_actions_above_remarks_written_for_this_test():
     llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=1024, threads=2))
     scores = instruction_scores(llm, "How to Repot a Houseplant", actions + remarks)
     assert min(scores[:4]) > 1.0 and max(scores[4:]) < -REMARK_MARGIN, scores
+
+
+def test_remark_scores_do_not_depend_on_what_the_model_evaluated_before():
+    """A record's --drop-remarks scores are the same whatever the model evaluated before it (the record before
+    in a shard, or none after --resume). llama.cpp's numbers move with how its cache was filled: here the cache
+    holds the very request the scoring asks, evaluated a token at a time as a generated reply fills it, and
+    reusing it would move the scores by most of a nat. So the scoring empties the context first."""
+    from vi.core.models.chat import LLMSettings, load_llm
+    from vi.core.models.llm import chat_prompt_tokens
+    from vi.pipelines.showhowto.step_remarks import hypothesis_prompts, instruction_scores
+
+    title = "How to Repot a Houseplant"
+    texts = ["Loosen the root ball with your fingers.", "Look how happy it looks now."]
+    llm = load_llm(LLMSettings(SMOL, n_ctx=1024, threads=2))
+    first = instruction_scores(llm, title, texts)
+    llm.llama.reset()
+    for token in chat_prompt_tokens(llm, hypothesis_prompts()["action"].render(title=title)):
+        llm.llama.eval([token])
+    assert instruction_scores(llm, title, texts) == first
