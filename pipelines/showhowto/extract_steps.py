@@ -168,8 +168,8 @@ class ExtractConfig(LLMConfig):
     drop_remarks: bool = option(False, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
-        "greeting); a step likelier as a remark by more than a factor e is dropped and listed in repairs. "
-        "Needs a backend that scores text (llama.cpp); others keep every step."))
+        "greeting); a step likelier as a remark by more than 2 nats (a factor e²) is dropped and listed in "
+        "repairs. Needs a backend that scores text (llama.cpp); others keep every step."))
     drop_previews: bool = option(True, help=(  # step_summaries.py says why and how
         "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
         "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
