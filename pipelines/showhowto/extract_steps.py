@@ -17,11 +17,12 @@ Which lines make a step (`segmentation`):
   labelled run (a STEP line and the MORE lines after it) that no step of the model's is on is
   written as a step too, from what was said there (one more request, only where there is one);
   each is listed in `steps.repairs`. A chunk whose lines are all talk costs no request.
-  With `drop_remarks` (off by default; it met its rule on blind set 17: evaluation/showhowto/RESULTS.md,
-  eighteenth pass), a step whose text reads as a remark rather than an action (scored, not asked:
-  step_remarks.py) is dropped too, and `steps.remarks` says "scored". With `drop_previews` (the
-  default), a step said on the intro's plan or an outro's recap (a line naming, in order, several steps
-  said after or before it: step_summaries.py) is dropped, and `steps.previews` says "dropped".
+  With `drop_remarks` (the default since it met its rules on blind sets 17 and 18:
+  evaluation/showhowto/RESULTS.md, eighteenth and nineteenth passes), a step whose text reads as a
+  remark rather than an action (scored, not asked: step_remarks.py) is dropped too, and
+  `steps.remarks` says "scored". With `drop_previews` (the default), a step said on the intro's
+  plan or an outro's recap (a line naming, in order, several steps said after or before it:
+  step_summaries.py) is dropped, and `steps.previews` says "dropped".
   With `talk_probe` (off by default), a probe on a sentence embedder reads each line for talk
   too (narration_probe.py): fewer steps made of talk, more true steps lost. With `start_probe`,
   another reads whether a line starts a step or goes on with the one above: fewer steps merge.
@@ -165,7 +166,7 @@ class ExtractConfig(LLMConfig):
         "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
         "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
         "In process only: a server's labels are its own."))
-    drop_remarks: bool = option(False, help=(  # step_remarks.py says why and how
+    drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
         "greeting); a step likelier as a remark by more than 2 nats (a factor e²) is dropped and listed in "

@@ -570,7 +570,7 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
         return es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", **options))["steps"]
 
     llm = RemarkScoringLLM(truth_labels(record), steps_for, {remark})
-    steps = extract(llm, drop_remarks=True)
+    steps = extract(llm)  # the default
     assert [s["text"] for s in steps["items"]] == [f"Step {k} in other words." for k in range(1, 7)]
     assert steps["remarks"] == "scored"
     assert f"step {remark!r}: segment 10 reads as a remark, not an action of the task (-10.0 nats as an action " \
@@ -579,7 +579,7 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert sorted(asks for asks, *_ in llm.scored) == [False] * 7 + [True] * 7
     assert all(first == f"Video: {record['title']}" for *_, first in llm.scored)
     # the mechanism matters: without it, or where nothing is scored, the remark is a step
-    kept = extract(RemarkScoringLLM(truth_labels(record), steps_for, {remark}))
+    kept = extract(RemarkScoringLLM(truth_labels(record), steps_for, {remark}), drop_remarks=False)
     assert remark in [s["text"] for s in kept["items"]] and kept["remarks"] is None
     unscored = extract(CopyingLLM(truth_labels(record), steps_for), drop_remarks=True)
     assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
