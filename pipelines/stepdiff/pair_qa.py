@@ -43,12 +43,12 @@ from typing import Optional
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.pipelines.common.word_stems import stem
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.models.chat_backend import ChatReply
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
+from vi.pipelines.common.word_stems import stem
 
 STAGE = "pair-qa"
 QA_TYPES = (1, 2, 3)
