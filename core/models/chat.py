@@ -21,14 +21,15 @@ from typing import ClassVar
 from vi.core.config import option
 from vi.core.models.catalog import DEFAULT_LLM
 from vi.core.models.chat_backend import (BACKENDS, SCHEMA_RETRIES, ChatBackend, ChatReply, LLMSettings, LLMSpec,
-                                         chat_json, env_number, gives_likelihoods, reply_errors, schema_errors)
+                                         chat_json, env_number, fresh_context, gives_likelihoods, reply_errors,
+                                         schema_errors)
 from vi.core.models.resolve import resolve
 
 # The types every backend shares are defined in chat_backend, which the backends import; a stage
 # imports them from here, with what picks the backend.
 __all__ = ["BACKENDS", "SCHEMA_RETRIES", "ChatBackend", "ChatReply", "LLMConfig", "LLMSettings", "LLMSpec",
-           "UsesLLM", "chat_json", "check_llm", "env_number", "gives_likelihoods", "load_llm", "reply_errors",
-           "schema_errors"]
+           "UsesLLM", "chat_json", "check_llm", "env_number", "fresh_context", "gives_likelihoods", "load_llm",
+           "reply_errors", "schema_errors"]
 
 LLM_PANEL = "LLM backend (every LLM stage)"
 LLM_HELP = (

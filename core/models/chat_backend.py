@@ -46,6 +46,16 @@ def gives_likelihoods(llm: object) -> bool:
     return callable(getattr(llm, "option_log_probs", None))
 
 
+def fresh_context(llm: object):
+    """`llm`'s context, emptied and held for one caller's group of calls (llama.cpp: what they score
+    depends on nothing evaluated before, and each reuses the cache of the ones before it in the group);
+    a backend without a context of its own (a server, transformers) has nothing to empty or hold."""
+    from contextlib import nullcontext
+
+    fresh = getattr(llm, "fresh_context", None)
+    return fresh() if callable(fresh) else nullcontext()
+
+
 @dataclass(frozen=True)
 class LLMSpec:
     backend: str  # one of BACKENDS

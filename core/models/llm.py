@@ -126,6 +126,7 @@ class ChatLLM:
         self._formatter = None
         # One context: --concurrency's threads take turns. Reentrant, so a caller holding a fresh_context can score.
         self._lock = threading.RLock()
+        self._held = 0  # fresh_contexts open (by the thread holding the lock): scoring reuses their cache
         _open_models.add(self)
 
     def close(self) -> None:
@@ -134,10 +135,28 @@ class ChatLLM:
     @contextmanager
     def fresh_context(self):
         """This model's context to one caller (--concurrency's threads take turns), emptied
-        first, so what is scored in it depends on nothing evaluated before."""
+        first, so what is scored in it depends on nothing evaluated before it; inside, each call
+        reuses the cache of what the caller evaluated before in it (a record's calls, grouped)."""
         with self._lock:
             self.llama.reset()
-            yield self
+            self._held += 1
+            try:
+                yield self
+            finally:
+                self._held -= 1
+
+    @contextmanager
+    def scoring(self):
+        """The context one scoring call runs in: the caller's fresh_context where one is open, else
+        one emptied for this call alone. llama.cpp's numbers move with how its cache was filled
+        (by up to half a nat on the judge's pairs, scored after another pair), so a call never
+        reuses what an earlier call outside the caller's context left."""
+        with self._lock:
+            if self._held:
+                yield self
+            else:
+                with self.fresh_context():
+                    yield self
 
     @property
     def n_ctx(self) -> int:
@@ -289,22 +308,24 @@ def continuation_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continu
     if len(context) + len(target) > llm.n_ctx:
         raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
                           f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
-    _evaluate(llm, context)
-    logits = [_last_logits(llm).copy()]
-    chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
-    for first in range(0, len(target) - 1, chunk):
-        logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
+    with llm.scoring():
+        _evaluate(llm, context)
+        logits = [_last_logits(llm).copy()]
+        chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
+        for first in range(0, len(target) - 1, chunk):
+            logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
     log_probs = _log_softmax(np.stack(logits))
     return [float(log_probs[i, token]) for i, token in enumerate(target)]
 
 
 def next_token_log_probs(llm: ChatLLM, text: str) -> np.ndarray:
     """log P(next token | `text`) over the vocabulary, `text` taken as plain text (no chat
-    template). The cache of the prefix shared with the last evaluation is reused, so text that
-    grows a line at a time costs only its new tokens (inside `fresh_context`, for callers that
-    must not depend on what was evaluated before)."""
-    _evaluate(llm, llm.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-    return _log_softmax(_last_logits(llm).copy()[None])[0]
+    template). Inside a caller's `fresh_context` the cache of the prefix shared with the last
+    evaluation is reused, so text that grows a line at a time costs only its new tokens; outside
+    one, each call starts from an emptied context (`ChatLLM.scoring`)."""
+    with llm.scoring():
+        _evaluate(llm, llm.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return _log_softmax(_last_logits(llm).copy()[None])[0]
 
 
 def option_log_probs(llm: ChatLLM, messages: list[dict[str, str]], options: Sequence[str],
@@ -312,15 +333,14 @@ def option_log_probs(llm: ChatLLM, messages: list[dict[str, str]], options: Sequ
     """log P(option | chat prompt, `reply_prefix`) for each option, summed over its tokens: the
     answer a model would give, scored instead of sampled, for every option alike. The prompt is
     evaluated once (the options reuse its cache); --concurrency's threads take turns."""
-    with llm._lock:
+    with llm.scoring():
         return [sum(continuation_log_probs(llm, messages, option, reply_prefix)) for option in options]
 
 
 def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = "YES", no: str = "NO",
                        reply_prefix: str = "") -> float:
     """P(yes) / (P(yes) + P(no)) for the two whole answers (each may be several tokens)."""
-    log_yes = sum(continuation_log_probs(llm, messages, yes, reply_prefix))
-    log_no = sum(continuation_log_probs(llm, messages, no, reply_prefix))
+    log_yes, log_no = option_log_probs(llm, messages, [yes, no], reply_prefix)
     return float(1.0 / (1.0 + np.exp(log_no - log_yes)))
 
 
@@ -332,8 +352,9 @@ def complete_reply(llm: ChatLLM, messages: list[dict[str, str]], reply_prefix: s
     if len(prompt) + max_tokens > llm.n_ctx:
         raise RecordError("context_too_small", f"the prompt has {len(prompt)} tokens; with {max_tokens} "
                           f"to generate that is more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
-    out = llm.llama.create_completion(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
-                                      seed=seed, stop=rendered.stop)
+    with llm.scoring():  # the reply depends on nothing evaluated before it, as a scored answer does
+        out = llm.llama.create_completion(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
+                                          seed=seed, stop=rendered.stop)
     choice, usage = out["choices"][0], out.get("usage", {})
     return ChatReply(text=choice["text"], prompt_tokens=usage.get("prompt_tokens", 0),
                      completion_tokens=usage.get("completion_tokens", 0),

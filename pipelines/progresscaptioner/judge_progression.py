@@ -79,7 +79,7 @@ from vi.core.config import internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import (ChatBackend, LLMConfig, LLMSettings, LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, chat_json,
-                                 check_llm, gives_likelihoods, load_llm)
+                                 check_llm, fresh_context, gives_likelihoods, load_llm)
 from vi.core.models.chat_backend import MESSAGE_OVERHEAD_TOKENS
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
@@ -387,9 +387,12 @@ class PairJudge:
         second = one_line(desc2)
         reply_tokens = self.llm.count_tokens(second) + MESSAGE_OVERHEAD_TOKENS  # the caption as the reply
         out = {}
-        for hypothesis in CHANNEL_PROMPTS[self.prompt]:
-            messages = fitting(self.llm, self.templates[hypothesis].render(**values), reply_tokens, where)
-            out[hypothesis] = round(float(self.llm.option_log_probs(messages, [second])[0]), 4)
+        # In one emptied context: a pair's scores depend on nothing evaluated before it (the letter asked first,
+        # the pair before in a shard); the four prompts share their head.
+        with fresh_context(self.llm):
+            for hypothesis in CHANNEL_PROMPTS[self.prompt]:
+                messages = fitting(self.llm, self.templates[hypothesis].render(**values), reply_tokens, where)
+                out[hypothesis] = round(float(self.llm.option_log_probs(messages, [second])[0]), 4)
         return out
 
     def letter_probs(self, order: str, desc1: str, desc2: str, action: str | None, where: str) -> dict[str, float]:
@@ -421,8 +424,9 @@ class PairJudge:
             return {"method": "probe", "letters": {"paper": letter}, "probe": self.probe_log_odds(desc1, desc2)}
         if not self.scores_letters:
             return self.orders_evidence(desc1, desc2, action=action, seed=seed, where=where)
-        probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
-        free = {order: self.content_free(order, action, where) for order in ORDERS}
+        free = {order: self.content_free(order, action, where) for order in ORDERS}  # each call in its own context
+        with fresh_context(self.llm):
+            probs = {order: self.letter_probs(order, desc1, desc2, action, where) for order in ORDERS}
         return {"method": "calibrated", "letters": {order: argmax_letter(probs[order]) for order in ORDERS},
                 "probs": {order: _rounded(probs[order]) for order in ORDERS},
                 "content_free": {order: _rounded(free[order]) for order in ORDERS},

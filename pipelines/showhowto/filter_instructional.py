@@ -56,7 +56,7 @@ from pathlib import Path
 
 from vi.core.config import internal, option
 from vi.core.errors import RecordError
-from vi.core.models.chat import LLMConfig, check_llm, gives_likelihoods
+from vi.core.models.chat import LLMConfig, check_llm, fresh_context, gives_likelihoods
 from vi.core.seeding import record_seed
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import cut_text, plain_text, speech_segments
@@ -250,17 +250,20 @@ def classify(record: dict, config: FilterConfig) -> dict:
     llm = config.load_llm()
     seed = record_seed(config.seed, record["id"]) % 2**32
     asking = config.template.render(title=title, transcript=excerpt)
-    paper = Answer(*written(llm, asking, record["id"], seed))
     negated = None
-    if config.ask == "both":
-        # scored right after its reply, the paper's answer costs a few tokens (the prompt is cached)
-        paper = Answer(paper.yes, paper.explanation, scored_log_odds(llm, asking))
-        opposite = config.negated_template.render(title=title, transcript=excerpt)
-        negated = Answer(None, log_odds=scored_log_odds(llm, opposite))
-        score = combined_score(paper, negated)
-        # written (a constrained reply: the costly part) only where a reason or the vote needs it
-        if score is None or (score > 0) != paper.yes:
-            negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
+    # A record's calls in one context of their own: its scores depend on nothing evaluated for another record
+    # (--shard, --resume, --concurrency), and each reuses the cache of the calls before it.
+    with fresh_context(llm):
+        paper = Answer(*written(llm, asking, record["id"], seed))
+        if config.ask == "both":
+            # scored right after its reply, the paper's answer costs a few tokens (the prompt is cached)
+            paper = Answer(paper.yes, paper.explanation, scored_log_odds(llm, asking))
+            opposite = config.negated_template.render(title=title, transcript=excerpt)
+            negated = Answer(None, log_odds=scored_log_odds(llm, opposite))
+            score = combined_score(paper, negated)
+            # written (a constrained reply: the costly part) only where a reason or the vote needs it
+            if score is None or (score > 0) != paper.yes:
+                negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
     decided = decide(paper, negated)
     return {"instructional": {"label": decided["label"], "reason": decided["reason"], "model": config.llm,
                               "decision": decided["decision"]}}

@@ -18,10 +18,9 @@ that scores text (llama.cpp); a server or transformers backend keeps every step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from functools import cache
 
-from vi.core.models.chat import ChatBackend, gives_likelihoods
+from vi.core.models.chat import ChatBackend, fresh_context, gives_likelihoods
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_remark"}
@@ -51,8 +50,7 @@ def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> li
     # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
     # the time). In an emptied context: llama.cpp's numbers move with what its cache holds (a step's score by up
     # to 1.3 nats on set 17), and a record's steps must not depend on the record before it (--resume, --shard).
-    fresh = getattr(llm, "fresh_context", None)
-    with fresh() if fresh else nullcontext():
+    with fresh_context(llm):
         log_probs = {name: llm.option_log_probs(prompt.render(title=title), list(texts))
                      for name, prompt in hypothesis_prompts().items()}
     return [round(float(action) - float(remark), 3)

@@ -347,3 +347,34 @@ def test_offline_captions_are_judged_by_the_orders_not_the_channel(monkeypatch):
     kept = kf.keyframes(offline, kf.KeyframesConfig(llm=SMOL, debias="channel"), ChannelJudge({texts[1]: -5.0}))
     assert [k["index"] for k in kept["keyframes"]] == [0, 1]
     assert kept["keyframes_method"]["verdicts"][0]["method"] == "orders+embedder"
+
+
+def test_a_pairs_scores_do_not_depend_on_what_the_judge_scored_before():
+    """A pair's evidence is the same whatever the judge evaluated before it: the pair before in a shard, none
+    after --resume, or its own letter asked first (the stage asks it, the quality scripts pass it in).
+    llama.cpp's numbers move with how its cache was filled: on the default judge, reusing the prompts' head the
+    pair before left moved the channel by up to half a nat (tune split). On SmolLM2-135M only a cache filled a
+    token at a time (as a generated reply fills it) moves them, so the cache here holds the pair's own first
+    prompt, filled that way, before each pair is judged again; both scored --debias."""
+    from vi.core.models.chat import LLMSettings, load_llm
+    from vi.core.models.llm import chat_prompt_tokens
+
+    llm = load_llm(LLMSettings(SMOL, n_ctx=1024, threads=2))
+    first, second, action = ("A whole onion lies on the board.", "The onion has been cut into thin rings.",
+                             "slice an onion")
+
+    def filled_a_token_at_a_time(judge: jp.PairJudge, order: str) -> None:
+        llm.llama.reset()
+        for token in chat_prompt_tokens(llm, judge.messages(order, first, second, action, ""))[:-3]:
+            llm.llama.eval([token])
+
+    alone = {}
+    for debias, order in (("channel", "same"), ("calibrated", "paper")):
+        judge = jp.PairJudge(llm, prompt="eval", debias=debias)
+        alone[debias] = judge.evidence(first, second, action=action)
+        filled_a_token_at_a_time(judge, order)
+        assert judge.evidence(first, second, action=action) == alone[debias], debias
+    paper = alone["channel"]["letters"]["paper"]
+    judge = jp.PairJudge(llm, prompt="eval", debias="channel")
+    filled_a_token_at_a_time(judge, "same")
+    assert judge.channel_evidence(first, second, action=action, paper=paper) == alone["channel"]
