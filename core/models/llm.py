@@ -302,20 +302,46 @@ def continuation_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continu
                            reply_prefix: str = "") -> list[float]:
     """log P(token | everything before) for each token of `continuation`, which follows the
     chat prompt and `reply_prefix` in the assistant's turn."""
-    context, target = _split_tokens(llm, messages, reply_prefix, continuation)
-    if not target or not continuation or not context:
-        raise ValueError("an empty continuation (or prompt) has no likelihood")
-    if len(context) + len(target) > llm.n_ctx:
-        raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
-                          f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
+    return _continuations_log_probs(llm, messages, [continuation], reply_prefix)[0]
+
+
+def _continuations_log_probs(llm: ChatLLM, messages: list[dict[str, str]], continuations: Sequence[str],
+                             reply_prefix: str) -> list[list[float]]:
+    """continuation_log_probs of each continuation after the same prompt. The prompt is evaluated
+    once and every continuation is decoded from its end in the same batches, so a text scores the
+    same wherever it stands among the others (re-evaluating the prompt's last token alone for each
+    later one moved the default LLM's scores by up to 0.16 nats against the first's)."""
+    pieces = [_split_tokens(llm, messages, reply_prefix, continuation) for continuation in continuations]
+    for (context, target), continuation in zip(pieces, continuations):
+        if not target or not continuation or not context:
+            raise ValueError("an empty continuation (or prompt) has no likelihood")
+        if len(context) + len(target) > llm.n_ctx:
+            raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
+                              f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
+    out = []
     with llm.scoring():
-        _evaluate(llm, context)
-        logits = [_last_logits(llm).copy()]
-        chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
-        for first in range(0, len(target) - 1, chunk):
-            logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
-    log_probs = _log_softmax(np.stack(logits))
-    return [float(log_probs[i, token]) for i, token in enumerate(target)]
+        evaluated: tuple[list[int], np.ndarray] | None = None  # a context and the logits after it
+        for context, target in pieces:
+            if evaluated is None or evaluated[0] != context:
+                _evaluate(llm, context)
+                evaluated = (context, _last_logits(llm).copy())
+            else:  # the same context (a token may straddle it and the text): drop the text before
+                _truncate(llm, len(context))
+            logits = [evaluated[1]]
+            chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
+            for first in range(0, len(target) - 1, chunk):
+                logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
+            log_probs = _log_softmax(np.stack(logits))
+            out.append([float(log_probs[i, token]) for i, token in enumerate(target)])
+    return out
+
+
+def _truncate(llm: ChatLLM, length: int) -> None:
+    """Keep the first `length` tokens of the cache; what followed them is dropped."""
+    import llama_cpp
+
+    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.llama.ctx), 0, length, -1)
+    llm.llama.n_tokens = length
 
 
 def next_token_log_probs(llm: ChatLLM, text: str) -> np.ndarray:
@@ -333,8 +359,7 @@ def option_log_probs(llm: ChatLLM, messages: list[dict[str, str]], options: Sequ
     """log P(option | chat prompt, `reply_prefix`) for each option, summed over its tokens: the
     answer a model would give, scored instead of sampled, for every option alike. The prompt is
     evaluated once (the options reuse its cache); --concurrency's threads take turns."""
-    with llm.scoring():
-        return [sum(continuation_log_probs(llm, messages, option, reply_prefix)) for option in options]
+    return [sum(log_probs) for log_probs in _continuations_log_probs(llm, messages, options, reply_prefix)]
 
 
 def answer_probability(llm: ChatLLM, messages: list[dict[str, str]], yes: str = "YES", no: str = "NO",

@@ -349,6 +349,7 @@ def test_offline_captions_are_judged_by_the_orders_not_the_channel(monkeypatch):
     assert kept["keyframes_method"]["verdicts"][0]["method"] == "orders+embedder"
 
 
+@pytest.mark.slow
 def test_a_pairs_scores_do_not_depend_on_what_the_judge_scored_before():
     """A pair's evidence is the same whatever the judge evaluated before it: the pair before in a shard, none
     after --resume, or its own letter asked first (the stage asks it, the quality scripts pass it in).

@@ -351,35 +351,3 @@ def test_remark_scores_do_not_depend_on_what_the_model_evaluated_before():
         llm.llama.eval([token])
     assert instruction_scores(llm, title, texts) == first
 
-
-def test_a_scoring_call_reuses_the_cache_only_inside_its_callers_context():
-    """Outside a caller's `fresh_context`, each scoring call starts from an emptied context, so it scores the
-    same whatever the model evaluated before (here the very prompt, a token at a time, as a generated reply
-    fills the cache); inside one, a call reuses what the calls before it in that context evaluated, so a
-    record's second question on the same transcript costs only its own tokens."""
-    from vi.core.models.chat import LLMSettings, load_llm
-    from vi.core.models.llm import chat_prompt_tokens, option_log_probs
-
-    llm = load_llm(LLMSettings(SMOL, n_ctx=1024, threads=2))
-    messages = [{"role": "user", "content": "Is this a how-to video? First we rinse the rice, then we boil it."}]
-    llm.llama.reset()
-    first = option_log_probs(llm, messages, ["Yes", "No"])
-    llm.llama.reset()
-    for token in chat_prompt_tokens(llm, messages):
-        llm.llama.eval([token])
-    assert option_log_probs(llm, messages, ["Yes", "No"]) == first
-
-    evaluated = []
-    real_eval = llm.llama.eval
-    llm.llama.eval = lambda tokens: (evaluated.append(len(tokens)), real_eval(tokens))[1]
-    try:
-        with llm.fresh_context():
-            option_log_probs(llm, messages, ["Yes"])
-            whole = sum(evaluated)
-            option_log_probs(llm, messages, ["No"])
-        assert sum(evaluated) - whole <= 2 < whole  # the prompt read once
-        evaluated.clear()
-        option_log_probs(llm, messages, ["Yes"])
-        assert sum(evaluated) == whole  # outside: read again, from an emptied context
-    finally:
-        llm.llama.eval = real_eval
