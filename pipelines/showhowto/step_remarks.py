@@ -29,9 +29,11 @@ HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_re
 # 0, 1 and 2 nats kept recall by line at 0.83/0.83/0.82, 0.85/0.83/0.84 and 0.85/0.83/0.84 (none: 0.85,
 # 0.83, 0.84) and raised the extracted steps on a true step's line from 0.72/0.78/0.75 to 0.83/0.87/0.87,
 # 0.81/0.87/0.82 and 0.81/0.83/0.81. Set 17 (eighteenth pass) met its rule at 1 nat; scored again in an emptied
-# context (how llama.cpp fills its cache moves a step's score by a median 0.32 nats, up to 1.3, on set 17's and
-# the guards' 136 steps), one true step ("Rinse the box well...") fell from -0.74 to -1.44 and was lost. So the
+# context with a record's texts as one request's options, its and the guards' 136 steps moved by a median 0.32
+# nats, up to 1.3, and one true step ("Rinse the box well...") fell from -0.74 to -1.44 and was lost. So the
 # margin is 2 nats, past that noise: on set 17 rescored, margins 1.5-3 all drop the same five steps, no true one.
+# Most of the move was a text's place among the options, since removed (core.models.llm): rescored so, sets 17
+# and 18 and the guards (229 steps) keep every decision at 2 nats, and "Rinse the box well" is at -0.74 again.
 REMARK_MARGIN = 2.0
 
 
@@ -48,8 +50,8 @@ def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> li
         return None
     # One request at a time, all texts as its options: the request's prompt is evaluated once and each text
     # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
-    # the time). In an emptied context: llama.cpp's numbers move with what its cache holds (a step's score by up
-    # to 1.3 nats on set 17), and a record's steps must not depend on the record before it (--resume, --shard).
+    # the time). In an emptied context: llama.cpp's numbers move with what its cache holds, and a record's steps
+    # must not depend on the record before it (--resume, --shard).
     with fresh_context(llm):
         log_probs = {name: llm.option_log_probs(prompt.render(title=title), list(texts))
                      for name, prompt in hypothesis_prompts().items()}

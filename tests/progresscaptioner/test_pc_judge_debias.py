@@ -379,3 +379,21 @@ def test_a_pairs_scores_do_not_depend_on_what_the_judge_scored_before():
     judge = jp.PairJudge(llm, prompt="eval", debias="channel")
     filled_a_token_at_a_time(judge, "same")
     assert judge.channel_evidence(first, second, action=action, paper=paper) == alone["channel"]
+
+
+@pytest.mark.slow
+def test_the_default_judges_pair_scores_the_same_after_another_pair():
+    """The default judge (qwen2.5-coder-1.5b) on two pairs of the tune split (heldout/judge_pairs_tune.json t02,
+    t03), scored as the quality scripts score them (the letter passed in): t03's channel after t02 is t03's
+    channel alone. Reusing the prompts' head that t02 left in the cache moved it by 0.50 nats."""
+    from vi.core.models.catalog import DEFAULT_LLM
+    from vi.core.models.chat import LLMSettings, load_llm
+
+    before = ("A person holds a serrated knife next to an uncut loaf of bread.",
+              "An uncut loaf of bread is on the board; a hand grips a bread knife beside it.", "slice bread")
+    pair = ("A wooden fence panel is bare and weathered grey.", "The fence panel is now coated in fresh white paint.",
+            "paint a fence")
+    judge = jp.PairJudge(load_llm(LLMSettings(DEFAULT_LLM, n_ctx=2048, threads=2)), prompt="eval", debias="channel")
+    alone = judge.channel_evidence(*pair[:2], action=pair[2], paper="A")
+    judge.channel_evidence(*before[:2], action=before[2], paper="A")
+    assert judge.channel_evidence(*pair[:2], action=pair[2], paper="A") == alone
