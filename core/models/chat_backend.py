@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,8 +51,6 @@ def fresh_context(llm: object):
     """`llm`'s context, emptied and held for one caller's group of calls (llama.cpp: what they score
     depends on nothing evaluated before, and each reuses the cache of the ones before it in the group);
     a backend without a context of its own (a server, transformers) has nothing to empty or hold."""
-    from contextlib import nullcontext
-
     fresh = getattr(llm, "fresh_context", None)
     return fresh() if callable(fresh) else nullcontext()
 

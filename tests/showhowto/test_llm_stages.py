@@ -350,4 +350,3 @@ def test_remark_scores_do_not_depend_on_what_the_model_evaluated_before():
     for token in chat_prompt_tokens(llm, hypothesis_prompts()["action"].render(title=title)):
         llm.llama.eval([token])
     assert instruction_scores(llm, title, texts) == first
-
