@@ -319,6 +319,7 @@ def _continuations_log_probs(llm: ChatLLM, messages: list[dict[str, str]], conti
             raise RecordError("context_too_small", f"prompt and answer take {len(context) + len(target)} tokens, "
                               f"more than the {llm.n_ctx} of the LLM's context; raise --n-ctx")
     out = []
+    chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
     with llm.scoring():
         evaluated: tuple[list[int], np.ndarray] | None = None  # a context and the logits after it
         for context, target in pieces:
@@ -328,7 +329,6 @@ def _continuations_log_probs(llm: ChatLLM, messages: list[dict[str, str]], conti
             else:  # the same context (a token may straddle it and the text): drop the text before
                 _truncate(llm, len(context))
             logits = [evaluated[1]]
-            chunk = max(1, min(DECODE_CHUNK, llm.llama.n_batch))  # llama.cpp aborts on a batch over n_batch
             for first in range(0, len(target) - 1, chunk):
                 logits += list(_decode_keeping_logits(llm, target[first:min(first + chunk, len(target) - 1)]))
             log_probs = _log_softmax(np.stack(logits))

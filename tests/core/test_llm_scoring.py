@@ -43,7 +43,6 @@ def test_a_scoring_call_reuses_the_cache_only_inside_its_callers_context():
         llm.llama.eval = real_eval
 
 
-
 @pytest.mark.slow
 def test_each_option_scores_the_same_wherever_it_stands():
     """Every option is decoded from the same evaluated prompt, so its score does not depend on its place. On
