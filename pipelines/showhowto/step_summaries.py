@@ -26,14 +26,24 @@ are read only where a line has LISTED_WORDS or more of them.
 On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) the phrases alone
 read 19 lines as previews or recaps and no step's line; on the truths of sets 1-15, the six and the pressure
 cooker (110 narrations) they read 27, and with the single words 36 (the 9 more: 8 recaps with single words among
-their items, one preview), still no step's line. Lists run together without commas, as unpunctuated speech does,
-and lists whose words are not the steps' own ("disconnect" for "loosen the clamp") are still missed. On blind
+their items, one preview), still no step's line. On blind
 set 14 the phrases dropped one recap step and no true step, and missed two past-tense recaps of short clauses
 ("So we washed it, taped it off, sanded it down..."); on blind set 15 they dropped one preview (a list of the
 tools) and no true step; reading each step's clauses too, at 0.5, gave the same steps there, so it was not kept.
 The single words were designed after set 15 (its "So: scrub, dry, sand, oil, wipe, repeat" step) and measured on
 blind set 16, where they dropped one recap step more than the phrases alone and no true step:
 evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
+
+Unpunctuated speech runs a list together ("we'll wake up the yeast add the flour knead it and let it rise"): cut
+at commas and "and", it is one or two long clauses that name no three steps. So a line with a clause of
+RUN_ON_WORDS or more is also read as windows of 2-4 consecutive words (window_steps), each naming the one step it
+is nearest to where that is WINDOW_MATCH or more. On the truths of the spent sets 1-18, the six test narrations and
+the tune split (163 narrations, 1,921 lines of true steps) this reads 6 of the 18 intro or outro lists run together
+without commas and 12 such lines in all more than the clauses alone, and no true step's line; without the
+nearest-step condition, or at 0.45, it read up to 9 true steps' lines. On blind set 19 it dropped one preview step
+and no true step (twenty-first pass). Still missed: lists whose words are not the steps' own ("emptied it" for
+"get all the food out"), and windows that the embedder places nearer a step with the same object ("lift the
+arm" nearest "lower the arm back down").
 
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
@@ -50,6 +60,9 @@ CLAUSE_MATCH = 0.45  # cosine a clause needs with a step's lines to name that st
 SUMMARY_STEPS = 3  # steps a line must name, in order, to be a preview or a recap
 EDGE_STEPS = 2  # steps that may start before a preview (or after a recap): a stray greeting or outro step
 LISTED_WORDS = 2  # one-word clauses a line needs for its single words to be read as a list's items
+RUN_ON_WORDS = 8  # a clause this long may be a list run together without commas: its words are read as windows
+WINDOW_WORDS = (2, 4)  # the fewest and most consecutive words a window of a run-together list holds
+WINDOW_MATCH = 0.5  # cosine a window needs with the step it is nearest to, to name it
 CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
@@ -95,23 +108,57 @@ def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
     sides = [(kind, named, other) for kind, named, other in (("preview", after, before), ("recap", before, after))
              if len(named) >= SUMMARY_STEPS and len(other) <= EDGE_STEPS]
     parts = clauses(line)
-    if not sides or len(parts) < SUMMARY_STEPS:
+    run_on = any(len(part.split()) >= RUN_ON_WORDS for part in parts)
+    if not sides or (len(parts) < SUMMARY_STEPS and not run_on):
         return None
     import numpy as np
 
     phrases = [part for part in parts if len(part.split()) >= 2]
     listed = len(parts) - len(phrases) >= LISTED_WORDS  # a lone word is a "first" or "so", not a list's item
     for kind, named, other in sides:
-        vectors = np.asarray(embed(phrases + list(named))) if phrases else None
-        similar = iter((vectors[:len(phrases)] @ vectors[len(phrases):].T >= CLAUSE_MATCH).tolist()
-                       if phrases else [])
         everyone = list(other) + list(named)
-        matches = [next(similar) if len(part.split()) >= 2
-                   else word_names(part, everyone)[len(other):] if listed else [False] * len(named)
-                   for part in parts]
-        if steps_named(matches) >= SUMMARY_STEPS:
+        if len(parts) >= SUMMARY_STEPS:
+            vectors = np.asarray(embed(phrases + list(named))) if phrases else None
+            similar = iter((vectors[:len(phrases)] @ vectors[len(phrases):].T >= CLAUSE_MATCH).tolist()
+                           if phrases else [])
+            matches = [next(similar) if len(part.split()) >= 2
+                       else word_names(part, everyone)[len(other):] if listed else [False] * len(named)
+                       for part in parts]
+            if steps_named(matches) >= SUMMARY_STEPS:
+                return kind
+        if run_on and window_steps(WORD.findall(line.lower()), everyone, len(other), embed) >= SUMMARY_STEPS:
             return kind
     return None
+
+
+def window_steps(words: Sequence[str], steps: Sequence[str], skip: int, embed: Callable[[list[str]], object]) -> int:
+    """How many of `steps[skip:]` the `words` of a line name when read as a list run together ("so we emptied it
+    unplugged it melted the ice scraped it out"): every window of WINDOW_WORDS consecutive words names the one
+    step of all `steps` it is nearest to, where that cosine is WINDOW_MATCH or more; counted are the most steps
+    named one to one and in order by windows that do not overlap. Nearest, not every step above a bar: a window
+    is a few words cut from anywhere, and one that says the task's object ("the hinge from") is near every step
+    about it, so alone it would name several and make a real step's line a plan of the rest."""
+    import numpy as np
+
+    shortest, longest = WINDOW_WORDS
+    windows = [(i, size) for size in range(shortest, longest + 1) for i in range(len(words) - size + 1)]
+    if not windows or len(steps) <= skip:
+        return 0
+    vectors = np.asarray(embed([" ".join(words[i:i + size]) for i, size in windows] + list(steps)))
+    similarity = vectors[:len(windows)] @ vectors[len(windows):].T
+    nearest = similarity.argmax(axis=1)
+    names = {}  # (first word, named step) -> the sizes of the windows there that name it
+    for (i, size), step, cosine in zip(windows, nearest.tolist(), similarity.max(axis=1).tolist()):
+        if step >= skip and cosine >= WINDOW_MATCH:
+            names.setdefault((i, step - skip), []).append(size)
+    # best[p][j]: the most steps j.. named in order by windows of words p.. (a dynamic programme from the end)
+    count = len(steps) - skip
+    best = [[0] * (count + 1) for _ in range(len(words) + 1)]
+    for p in range(len(words) - 1, -1, -1):
+        for j in range(count - 1, -1, -1):
+            best[p][j] = max([best[p + 1][j], best[p][j + 1]]
+                             + [1 + best[p + size][j + 1] for size in names.get((p, j), [])])
+    return best[0][0]
 
 
 def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embed: Callable[[list[str]], object],

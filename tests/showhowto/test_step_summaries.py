@@ -9,6 +9,7 @@ import pytest
 
 from vi.pipelines.showhowto import extract_steps as es
 from vi.pipelines.showhowto.step_citations import SegmentNames
+from vi.pipelines.showhowto import step_summaries
 from vi.pipelines.showhowto.step_summaries import clauses, drop_summaries, steps_named, summary_kind, word_names
 from tests.showhowto.grounding_fakes import words_embedder
 from tests.showhowto.test_extract_steps_quality import CopyingLLM, use_llm
@@ -49,6 +50,33 @@ def test_a_lone_word_is_not_read_as_a_list_item():
     assert word_names("first", after) == [True, False, False]
     assert summary_kind(line, [], after, words_embedder) is None
     assert summary_kind(line.replace("First,", "First, then,"), [], after, words_embedder) == "preview"
+
+
+def test_a_list_run_together_without_commas_is_read_as_windows_of_words(monkeypatch):
+    """Unpunctuated speech runs a recap into one clause: read whole, it names one step at most; read as windows
+    of two to four words, each naming the step it is nearest to, it names all four in order."""
+    done = ["Take the wheel off the bike.", "Pull the old pads out of the caliper.",
+            "Push the new pads into the caliper.", "Adjust the brake cable."]
+    recap = "so we took the wheel off pulled the old pads out pushed new pads in and adjusted the brake cable"
+    assert len(clauses(recap)) == 2
+    assert summary_kind(recap, done, [], words_embedder) == "recap"
+    assert summary_kind(recap, done[::-1], [], words_embedder) is None  # out of order: no recap
+    ahead = ["Spin the wheel.", "Squeeze the lever.", "Ride round the block."]
+    assert summary_kind(recap, done, ahead, words_embedder) is None  # three steps after it: mid-procedure
+    monkeypatch.setattr(step_summaries, "RUN_ON_WORDS", 100)  # no clause long enough to be read as windows
+    assert summary_kind(recap, done, [], words_embedder) is None
+
+
+def test_a_window_names_only_the_step_it_is_nearest_to():
+    """A real step's line that says the task's object three times: each of its windows near "the hinge" is close
+    enough to all three later steps about the hinge, so windows that named every step above the bar would make
+    the line a plan of them. A window names the nearest step only, and the line names one."""
+    after = ["Lift the hinge off.", "Clean the old hinge.", "Oil the hinge pin."]
+    line = "now unscrew the hinge screw from the hinge plate on the hinge side"
+    vectors = words_embedder(["the hinge", *after])
+    assert (vectors[0] @ vectors[1:].T >= step_summaries.WINDOW_MATCH).all()
+    assert step_summaries.window_steps(step_summaries.WORD.findall(line), after, 0, words_embedder) == 1
+    assert summary_kind(line, [], after, words_embedder) is None
 
 
 def test_steps_named_is_a_one_to_one_match_in_order():
