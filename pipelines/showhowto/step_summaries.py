@@ -26,13 +26,12 @@ are read only where a line has LISTED_WORDS or more of them.
 On the truths of sets 1-13 and the six test narrations (89 narrations, 1,062 lines of steps) the phrases alone
 read 19 lines as previews or recaps and no step's line; on the truths of sets 1-15, the six and the pressure
 cooker (110 narrations) they read 27, and with the single words 36 (the 9 more: 8 recaps with single words among
-their items, one preview), still no step's line. On blind
-set 14 the phrases dropped one recap step and no true step, and missed two past-tense recaps of short clauses
-("So we washed it, taped it off, sanded it down..."); on blind set 15 they dropped one preview (a list of the
-tools) and no true step; reading each step's clauses too, at 0.5, gave the same steps there, so it was not kept.
-The single words were designed after set 15 (its "So: scrub, dry, sand, oil, wipe, repeat" step) and measured on
-blind set 16, where they dropped one recap step more than the phrases alone and no true step:
-evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
+their items, one preview), still no step's line. On blind set 14 the phrases dropped one recap step and no true
+step, and missed two past-tense recaps of short clauses ("So we washed it, taped it off, sanded it down..."); on
+blind set 15 they dropped one preview (a list of the tools) and no true step; reading each step's clauses too, at
+0.5, gave the same steps there, so it was not kept. The single words were designed after set 15 (its "So: scrub,
+dry, sand, oil, wipe, repeat" step) and measured on blind set 16, where they dropped one recap step more than the
+phrases alone and no true step: evaluation/showhowto/RESULTS.md, fourteenth to seventeenth passes.
 
 Unpunctuated speech runs a list together ("we'll wake up the yeast add the flour knead it and let it rise"): cut
 at commas and "and", it is one or two long clauses that name no three steps. So a line with a clause of
@@ -132,8 +131,8 @@ def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
 
 
 def window_steps(words: Sequence[str], steps: Sequence[str], skip: int, embed: Callable[[list[str]], object]) -> int:
-    """How many of `steps[skip:]` the `words` of a line name when read as a list run together ("so we emptied it
-    unplugged it melted the ice scraped it out"): every window of WINDOW_WORDS consecutive words names the one
+    """How many of `steps[skip:]` the `words` of a line name when read as a list run together ("we'll wake up the
+    yeast add the flour knead it and let it rise"): every window of WINDOW_WORDS consecutive words names the one
     step of all `steps` it is nearest to, where that cosine is WINDOW_MATCH or more; counted are the most steps
     named one to one and in order by windows that do not overlap. Nearest, not every step above a bar: a window
     is a few words cut from anywhere, and one that says the task's object ("the hinge from") is near every step
