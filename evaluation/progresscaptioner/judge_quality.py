@@ -19,7 +19,9 @@ seeded sample of N sequences (random.Random(seed).sample, sources mixed) instead
 
 --debias (default none, the paper's single ask) judges as `vi judge progression --debias` does: the letter
 is the stage's decision (the channel's two hypotheses, both orders, calibrated, the embedder), kept in
---answers with its verdict, and the tables name it "PROMPT --debias DEBIAS".
+--answers with its verdict, and the tables name it "PROMPT --debias DEBIAS". --debias channel+probe reads a
+pair's kept --debias channel verdict again with the change probe, asking nothing (the channel's scores are the
+same under both).
 
 --answers FILE keeps every letter as it is given, one JSON line per pair and judge, and a rerun with the
 same file judges only what it lacks: a run over all 524 pairs with a 1.5 B judge takes hours on a CPU,
@@ -85,6 +87,33 @@ def load_answers(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int
     return known
 
 
+def kept_channel(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int], dict]]:
+    """{(llm, prompt): {(pair id, first frame): verdict}} of the --debias channel rows of an --answers file: the
+    channel's scores, which --debias channel+probe reads again with the change probe instead of asking anew."""
+    kept: dict[tuple[str, str], dict[tuple[str, int], dict]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path is not None and path.exists() else []:
+        try:
+            row = json.loads(line)
+            if row.get("debias") == "channel" and "channel" in row["verdict"]:
+                kept.setdefault((row["llm"], row["prompt"]), {})[row["id"], row["frames"][0]] = row["verdict"]
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue
+    return kept
+
+
+def with_probe(channel: dict, pair: dict, prompt: str) -> dict:
+    """A channel verdict read again as --debias channel+probe decides: its scores, and the change probe's
+    log-odds on the pair's captions (the probe reads the captions alone; nothing is asked)."""
+    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, caption_differences,
+                                                                  decide, load_change_probe, load_embedder)
+
+    (score,) = load_change_probe().log_odds(caption_differences(load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"),
+                                                                [(pair["desc1"], pair["desc2"])]))
+    evidence = {key: channel[key] for key in ("letters", "log_probs", "channel")}
+    evidence.update(method="channel+probe", probe=round(float(score), 4))
+    return {**decide(evidence, prompt, None), **{k: v for k, v in evidence.items() if k != "method"}}
+
+
 def kept_pairs(pairs: list[dict], known: dict, judges: list[tuple[str, str]]) -> list[dict]:
     """The pairs every (llm, prompt key) in `judges` has a kept letter for, in their order."""
     return [p for p in pairs if all((p["id"], p["frames"][0]) in known.get(judge, {}) for judge in judges)]
@@ -96,7 +125,7 @@ def redecided(row: dict) -> str:
     from vi.pipelines.progresscaptioner.judge_progression import SAME_STATE, decide
 
     verdict = row["verdict"]
-    evidence = {**verdict, "method": verdict["method"].split("+")[0]}
+    evidence = {**verdict, "method": verdict["method"].removesuffix("+embedder")}
     return decide(evidence, row["prompt"], SAME_STATE if "similarity" in verdict else None)["letter"]
 
 
@@ -118,6 +147,7 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                                                                   cached_pair_judge, judge_pair, load_embedder)
 
     known = load_answers(answers)
+    channels = kept_channel(answers) if debias == "channel+probe" else {}
     sink = answers.open("a", encoding="utf-8") if answers else None
     letters, seconds, judges = {}, {}, {}
     try:
@@ -132,10 +162,19 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                     if key in done:
                         got.append(done[key])
                         continue
+                    row = {"id": pair["id"], "frames": pair["frames"], "llm": ref, "prompt": prompt}
+                    channel = channels.get((ref, prompt), {}).get(key)
+                    if channel is not None:  # the channel's scores are kept: only the probe is read
+                        verdict = with_probe(channel, pair, prompt)
+                        row.update(debias=debias, verdict=verdict)
+                        got.append(verdict["letter"])
+                        if sink:
+                            sink.write(json.dumps({**row, "answer": verdict["letter"]}) + "\n")
+                            sink.flush()
+                        continue
                     # loaded only when something is left to judge, so a finished run reports at once
                     llm = llm or load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
                     pair_seed = record_seed(seed, pair["id"]) % 2**32
-                    row = {"id": pair["id"], "frames": pair["frames"], "llm": ref, "prompt": prompt}
                     if debias == "none":
                         letter = judge_pair(llm, pair["desc1"], pair["desc2"], prompt=prompt, action=pair["action"],
                                             seed=pair_seed)
