@@ -28,15 +28,14 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure9 (the default), measure8, measure7, measure6, measure5, measure4, measure3 (fourteen sequences
-each) and measure2 (twelve), each written blind to the judge by a separate writer before any run on it (measure2
-and measure3 train the change probe of --debias probe and channel+probe, measure4 set its spread, measure5 and
-measure6 chose channel+probe as the default, measure7 measured that default and chose nothing, measure6 and
-measure7 were read for --keep-bias; measure8 measures the change probe retrained on every
-spent set (the twenty-second pass); measure9 has not been run); measure (ten)
-and tune (eight), written in this project beside
-the judge's design: their change captions often say so by their own words ("has been cut"), which a judge can
-read without comparing the two captions (evaluation/progresscaptioner/RESULTS.md).
+images). --split: measure9 (the default) to measure3 (fourteen sequences each) and measure2 (twelve), each written
+blind to the judge by a separate writer before any run on it (measure2 and measure3 train the change probe of
+--debias probe and channel+probe, measure4 set its spread, measure5 and measure6 chose channel+probe as the
+default, measure7 measured that default and chose nothing, measure6 and measure7 were read for --keep-bias,
+measure8 turned down the probe retrained on every spent set, measure9 measured the default and chose nothing);
+measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
+say so by their own words ("has been cut"), which a judge can read without comparing the two captions
+(evaluation/progresscaptioner/RESULTS.md).
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
 call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 """
@@ -268,7 +267,8 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure9", "measure8", "measure7", "measure6", "measure5", "measure4", "measure3", "measure2", "measure", "tune")
+SPLITS = ("measure9", "measure8", "measure7", "measure6", "measure5", "measure4", "measure3", "measure2", "measure",
+          "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 
