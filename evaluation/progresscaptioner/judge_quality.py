@@ -166,11 +166,7 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                     channel = channels.get((ref, prompt), {}).get(key)
                     if channel is not None:  # the channel's scores are kept: only the probe is read
                         verdict = with_probe(channel, pair, prompt)
-                        row.update(debias=debias, verdict=verdict)
-                        got.append(verdict["letter"])
-                        if sink:
-                            sink.write(json.dumps({**row, "answer": verdict["letter"]}) + "\n")
-                            sink.flush()
+                        keep({**row, "debias": debias, "verdict": verdict}, verdict["letter"], got, sink)
                         continue
                     # loaded only when something is left to judge, so a finished run reports at once
                     llm = llm or load_llm(LLMSettings(ref, n_ctx=2048, device="auto", seed=seed, threads=threads))
@@ -195,11 +191,8 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                                                     seed=pair_seed)
                         letter = verdict["letter"]
                         row.update(debias=debias, verdict=verdict)
-                    got.append(letter)
+                    keep(row, letter, got, sink)
                     new += 1
-                    if sink:
-                        sink.write(json.dumps({**row, "answer": letter}) + "\n")
-                        sink.flush()
                     if new % 10 == 0:
                         print(f"  {ref} {name}: {len(got)}/{len(pairs)} pairs, "
                               f"{(time.perf_counter() - start) / new:.2f} s/pair", file=sys.stderr)
@@ -209,6 +202,14 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
         if sink:
             sink.close()
     return letters, seconds
+
+
+def keep(row: dict, letter: str, got: list[str], sink) -> None:
+    """A pair's letter, in pair order and (with --answers) appended to the file at once, so a kill loses none."""
+    got.append(letter)
+    if sink:
+        sink.write(json.dumps({**row, "answer": letter}) + "\n")
+        sink.flush()
 
 
 def agreement(a: list[str], b: list[str]) -> dict:
