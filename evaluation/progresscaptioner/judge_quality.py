@@ -101,19 +101,6 @@ def kept_channel(path: Path | None) -> dict[tuple[str, str], dict[tuple[str, int
     return kept
 
 
-def with_probe(channel: dict, pair: dict, prompt: str) -> dict:
-    """A channel verdict read again as --debias channel+probe decides: its scores, and the change probe's
-    log-odds on the pair's captions (the probe reads the captions alone; nothing is asked)."""
-    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, caption_differences,
-                                                                  decide, load_change_probe, load_embedder)
-
-    (score,) = load_change_probe().log_odds(caption_differences(load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"),
-                                                                [(pair["desc1"], pair["desc2"])]))
-    evidence = {key: channel[key] for key in ("letters", "log_probs", "channel")}
-    evidence.update(method="channel+probe", probe=round(float(score), 4))
-    return {**decide(evidence, prompt, None), **{k: v for k, v in evidence.items() if k != "method"}}
-
-
 def kept_pairs(pairs: list[dict], known: dict, judges: list[tuple[str, str]]) -> list[dict]:
     """The pairs every (llm, prompt key) in `judges` has a kept letter for, in their order."""
     return [p for p in pairs if all((p["id"], p["frames"][0]) in known.get(judge, {}) for judge in judges)]
@@ -143,11 +130,12 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
     threshold), kept with its verdict and named `prompt_key(prompt, debias)`."""
     from vi.core.models.chat import LLMSettings, load_llm
     from vi.core.seeding import record_seed
-    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE,
+    from vi.pipelines.progresscaptioner.judge_progression import (DEFAULT_TEXT_EMBEDDING, SAME_STATE, PairJudge,
                                                                   cached_pair_judge, judge_pair, load_embedder)
 
     known = load_answers(answers)
     channels = kept_channel(answers) if debias == "channel+probe" else {}
+    readers: dict[str, PairJudge] = {}  # per prompt: channel+probe read from kept channel scores, no LLM
     sink = answers.open("a", encoding="utf-8") if answers else None
     letters, seconds, judges = {}, {}, {}
     try:
@@ -165,7 +153,12 @@ def judge_all(pairs: list[dict], llms: list[str], prompts: list[str], threads: i
                     row = {"id": pair["id"], "frames": pair["frames"], "llm": ref, "prompt": prompt}
                     channel = channels.get((ref, prompt), {}).get(key)
                     if channel is not None:  # the channel's scores are kept: only the probe is read
-                        verdict = with_probe(channel, pair, prompt)
+                        if prompt not in readers:
+                            readers[prompt] = PairJudge(None, prompt=prompt, debias=debias,
+                                                        embedder=load_embedder(DEFAULT_TEXT_EMBEDDING, "cpu"))
+                        reader = readers[prompt]
+                        evidence = {field: channel[field] for field in ("method", "letters", "log_probs", "channel")}
+                        verdict = reader.verdict_from(reader.with_probe(evidence, pair["desc1"], pair["desc2"]))
                         keep({**row, "debias": debias, "verdict": verdict}, verdict["letter"], got, sink)
                         continue
                     # loaded only when something is left to judge, so a finished run reports at once

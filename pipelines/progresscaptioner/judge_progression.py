@@ -415,9 +415,7 @@ class PairJudge:
             return {"method": "none", "letters": {"paper": letter}}
         if self.scores_captions:
             evidence = self.channel_evidence(desc1, desc2, action=action, seed=seed, where=where)
-            if self.debias == "channel+probe":
-                evidence.update(method="channel+probe", probe=self.probe_log_odds(desc1, desc2))
-            return evidence
+            return self.with_probe(evidence, desc1, desc2) if self.debias == "channel+probe" else evidence
         if self.debias in PROBE_READERS:
             letter = judge_pair(self.llm, desc1, desc2, prompt=self.prompt, action=action, seed=seed,
                                 template=self.templates["paper"], where=where)
@@ -432,6 +430,11 @@ class PairJudge:
                 "content_free": {order: _rounded(free[order]) for order in ORDERS},
                 "calibrated": {order: _rounded(calibrated(probs[order], free[order])) for order in ORDERS},
                 **self.similarity(desc1, desc2)}
+
+    def with_probe(self, channel: dict, desc1: str, desc2: str) -> dict:
+        """channel+probe's evidence: the channel's (scored now, or kept from an earlier judgement: its scores are
+        the same under both) and the change probe's log-odds on the captions."""
+        return {**channel, "method": "channel+probe", "probe": self.probe_log_odds(desc1, desc2)}
 
     def probe_log_odds(self, desc1: str, desc2: str) -> float:
         (score,) = load_change_probe().log_odds(caption_differences(self.embedder, [(desc1, desc2)]))
