@@ -33,8 +33,7 @@ blind to the judge by a separate writer before any run on it (measure2 and measu
 --debias probe and channel+probe, measure4 set its spread, measure5 and measure6 chose channel+probe as the
 default, measure7 measured that default and chose nothing, measure6 and measure7 were read for --keep-bias,
 measure8 turned down the probe retrained on every spent set, measure9 measured the default and chose nothing;
-measure10 is kept for the retrained probe's rule in RESULTS, measure11 for measuring whichever default measure10
-leaves; neither has been run);
+measure10 turned it down again and measured the default, measure11 measures that default and chooses nothing);
 measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
 say so by their own words ("has been cut"), which a judge can read without comparing the two captions
 (evaluation/progresscaptioner/RESULTS.md).
