@@ -41,7 +41,9 @@ from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
 from vi.core.seeding import record_rng, record_seed
 from vi.pipelines.progresscaptioner.judge_progression import (
+    CHANNEL_SPREAD,
     DEFAULT_DEBIAS,
+    PROBE_SPREAD,
     PROMPTS,
     SAME_STATE,
     PairJudge,
@@ -101,10 +103,10 @@ class KeyframesConfig(LLMConfig):
         "per-window captions; without it those records' captions are compared as they are."))
     keep_bias: float = option(KEEP_BIAS, help=(
         "progress, with a judge that scores (--debias channel, probe, channel+probe): how far toward 'change' its "
-        "score is read, in spreads (each signal's standard deviation: 8.0 nats of the channel, 0.73 of the "
-        "probe's log-odds); frame t is kept when its score is above minus this. 0 reads it where vi judge "
-        "progression does, balanced between change and no change. Leaning trades redundancy for coverage: "
-        "on two spent caption sets, 0.3 covered 0.95 of the stages with 0.14 of the kept frames redundant, "
+        f"score is read, in spreads (each signal's standard deviation: {CHANNEL_SPREAD:g} nats of the channel, "
+        f"{PROBE_SPREAD:g} of the probe's log-odds); frame t is kept when its score is above minus this. 0 reads it "
+        "where vi judge progression does, balanced between change and no change. Leaning trades redundancy for "
+        "coverage: on two spent caption sets, 0.3 covered 0.95 of the stages with 0.14 of the kept frames redundant, "
         "against 0.85 and 0.10 at 0 (evaluation/progresscaptioner/RESULTS.md)."))
     debias: str = with_default(ProgressionConfig, "debias", DEFAULT_DEBIAS)
     embedder: str = with_default(ProgressionConfig, "embedder", DEFAULT_TEXT_EMBEDDING)
