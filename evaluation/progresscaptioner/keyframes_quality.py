@@ -34,7 +34,7 @@ blind to the judge by a separate writer before any run on it (measure2 and measu
 default, measure7 measured that default and chose nothing, measure6 and measure7 were read for --keep-bias,
 measure8 turned down the probe retrained on every spent set, measure9 measured the default and chose nothing;
 measure10 turned it down again and measured the default, measure11 measured that default and chose nothing;
-measure12, whose stages are of uneven length, is kept for --keep-bias 0.3's rule in RESULTS and has not been run);
+measure12, whose stages are of uneven length, turned down --keep-bias 0.3 by the rule in RESULTS);
 measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
 say so by their own words ("has been cut"), which a judge can read without comparing the two captions
 (evaluation/progresscaptioner/RESULTS.md).
@@ -193,7 +193,8 @@ def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str,
             if reference == "previous" and runs:
                 first = next(iter(runs.values()))
                 kept = [kept_at(seq["verdicts"], lean, first["prompt"]) for seq in first["sequences"]]
-                runs[lean] = {**first, "kept": kept, "seconds": None, "sequences": None}
+                runs[lean] = {**first, "kept": kept, "seconds": None, "read_off": next(iter(runs)),
+                              "sequences": [{**seq, "kept": k} for seq, k in zip(first["sequences"], kept)]}
                 continue
             config, llm = judge_config(model, args.threads, debias=debias, reference=reference, keep_bias=lean)
             start = time.time()
@@ -237,8 +238,9 @@ def print_rows(rows: dict[str, dict], title: str, console: Console) -> None:
     console.print(table)
     for name, row in rows.items():
         if "letters" in row:
-            console.print(f"{name}: letters {row['letters']} (decided by {row['methods']}), {row['seconds']}s",
-                          highlight=False)
+            how = (f"{row['seconds']}s" if "seconds" in row  # a lean read off an earlier lean's verdicts took no time
+                   else f"read off the --keep-bias {row['read_off']:g} run's verdicts")
+            console.print(f"{name}: letters {row['letters']} (decided by {row['methods']}), {how}", highlight=False)
 
 
 def run_samples(args, console: Console) -> dict:

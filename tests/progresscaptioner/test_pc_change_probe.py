@@ -5,10 +5,13 @@ the packaged weights are those its training sets give, and the sets that measure
 
 from __future__ import annotations
 
+import io
 import json
+from argparse import Namespace
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from tests.progresscaptioner.test_pc_judge_debias import SMOL, AlwaysSays, ChannelJudge, config, is_swapped, record
 from vi.core.models.linear_probe import LinearProbe
@@ -152,3 +155,30 @@ def test_keyframes_read_at_a_lean_keep_an_unsure_frame_and_the_judge_is_not_move
     # the quality script reads every lean off one run's verdicts: the same frames as running at that lean
     assert keyframes_quality.kept_at(verdicts[0.0], 0.5, "eval") == kept[0.5]
     assert keyframes_quality.kept_at(verdicts[0.5], 0.0, "eval") == kept[0.0]
+
+
+def test_the_quality_script_reads_every_lean_off_one_run_and_prints_it(state_probe, monkeypatch):
+    """keyframes_quality --keep-bias 0,0.5 judges once and reads 0.5 off the same verdicts: its row keeps the
+    frames of a run at 0.5, its --json sequences say so, and the table prints (a read-off row has no seconds: the
+    twenty-third pass's measure12 run died printing it)."""
+    monkeypatch.setattr(kf, "check_llm", lambda settings: None)
+    monkeypatch.setattr(kf, "load_embedder", lambda ref, device: StateEmbedder())
+    gains = {TEXTS[1]: -1.0, TEXTS[2]: 14.0}
+    judges = []
+
+    def judge_config(model, threads, **extra):
+        judges.append(ChannelJudge(gains))
+        return kf.KeyframesConfig(llm=model, threads=threads, **extra), judges[-1]
+
+    monkeypatch.setattr(keyframes_quality, "judge_config", judge_config)
+    args = Namespace(models=[SMOL], debias=["channel+probe"], reference=["previous"], keep_bias=[0.0, 0.5],
+                     threads=None, draws=3, seed=0)
+    rows = keyframes_quality.judged_rows([record(TEXTS)], [[0, 1, 1]], args)
+    assert len(judges) == 1  # one run
+    at = {lean: rows[f"progress ({SMOL}, --debias channel+probe, --keep-bias {lean})"] for lean in ("0", "0.5")}
+    assert [s["kept"] for s in at["0"]["sequences"]] == [[0, 1]] and at["0"]["redundancy"] == 0
+    assert [s["kept"] for s in at["0.5"]["sequences"]] == [[0, 1, 2]] and at["0.5"]["read_off"] == 0.0
+    assert at["0.5"]["redundancy"] == pytest.approx(1 / 3)
+    out = io.StringIO()
+    keyframes_quality.print_rows(rows, "t", Console(file=out, width=200))
+    assert "read off the --keep-bias 0 run's verdicts" in out.getvalue()
