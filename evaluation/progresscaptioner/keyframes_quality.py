@@ -191,9 +191,9 @@ def judged_rows(records: list[dict], stages: list[list[int]], args) -> dict[str,
         runs: dict[float, dict] = {}
         for lean in args.keep_bias:
             if reference == "previous" and runs:
-                first = next(iter(runs.values()))
+                read_off, first = next(iter(runs.items()))
                 kept = [kept_at(seq["verdicts"], lean, first["prompt"]) for seq in first["sequences"]]
-                runs[lean] = {**first, "kept": kept, "seconds": None, "read_off": next(iter(runs)),
+                runs[lean] = {**first, "kept": kept, "seconds": None, "read_off": read_off,
                               "sequences": [{**seq, "kept": k} for seq, k in zip(first["sequences"], kept)]}
                 continue
             config, llm = judge_config(model, args.threads, debias=debias, reference=reference, keep_bias=lean)
