@@ -4,7 +4,7 @@
                                                       [--data FILE] [--only measure|tune] [--json]
                                                       [--segmentation model|labels|filtered] [--after-filter]
                                                       [--talk-probe] [--start-probe] [--drop-remarks]
-                                                      [--no-drop-previews]
+                                                      [--no-drop-previews] [--opening until-step]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -266,6 +266,8 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from vi.pipelines.showhowto.extract_steps import OPENINGS, SEGMENTATIONS
+
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.extract_quality",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", action="append", help="an embedded LLM alias or .gguf (repeatable); "
@@ -281,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--save", type=Path, help="write the rows (and the pressure cooker's) to this JSON file")
     parser.add_argument("--before", type=Path, help="a file --save wrote from an earlier run: its measures "
                         "by line are printed beside this run's")
-    parser.add_argument("--segmentation", choices=("model", "labels", "filtered"), default="filtered",
+    parser.add_argument("--segmentation", choices=SEGMENTATIONS, default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
     for kind, what in (("talk", "whether it is talk"), ("start", "whether it starts a step")):
         parser.add_argument(f"--{kind}-probe", action=argparse.BooleanOptionalAction, help=(
@@ -293,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--drop-previews", action=argparse.BooleanOptionalAction, help=(
         "vi extract-steps --drop-previews / --no-drop-previews: a step said on a line that lists the steps "
         "ahead or recaps those done is dropped (default: the stage's own)"))
+    parser.add_argument("--opening", choices=OPENINGS, help=(
+        "vi extract-steps --opening: which opening lines the talk probe reads beside the label pass "
+        "(default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
@@ -301,13 +306,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
                                         ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews))
-              if on is not None}  # those named; the rest the stage's defaults
+              if on is not None} | ({"opening": args.opening} if args.opening else {})  # those named; else defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
                                 segmentation=args.segmentation, **probes)
         print(report(f"{llm}, --segmentation {args.segmentation}" + "".join(
-                         f", --{'' if on else 'no-'}{kind.replace('_', '-')}" for kind, on in probes.items())
+                         f", --{kind} {on}" if isinstance(on, str)
+                         else f", --{'' if on else 'no-'}{kind.replace('_', '-')}" for kind, on in probes.items())
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:

@@ -81,6 +81,7 @@ MAX_STEPS = 15  # per chunk; ShowHowTo's videos have 7.7 +- 2.8 steps
 SAFETY_TOKENS = 64  # the token count of a rendered chat is estimated, not exact
 SEGMENTATIONS = ("filtered", "labels", "model")
 GROUNDINGS = ("said", "cited")
+OPENINGS = ("first-line", "until-step")  # the lines the talk probe reads beside the label pass (--opening)
 # A labelled run no step of the model's is on is written as a step only where the label pass gives
 # its first line P(STEP) of at least this: more likely a new step than not. The 1.5B model's labels
 # call many descriptive lines STEP by a small margin; the model's own steps are the main source.
@@ -166,6 +167,13 @@ class ExtractConfig(LLMConfig):
         "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
         "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
         "In process only: a server's labels are its own."))
+    opening: str = option("first-line", help=(  # narration_labels.labels_from_scores says why
+        "With --segmentation filtered or labels, which lines of a chunk's opening the talk probe "
+        "(model_configs/narration_talk_probe.json) reads as their second view beside the label pass, "
+        "where the model would read the line alone: first-line, the chunk's first line (a first line "
+        "read alone is read as a greeting); until-step, each line until one is not labelled TALK, so a "
+        "first step said after a greeting is not read as talk either (evaluation/showhowto/RESULTS.md). "
+        "In process only, and not with --talk-probe, which reads every line."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
@@ -202,6 +210,8 @@ class ExtractConfig(LLMConfig):
             raise ValueError("--overlap and --tolerance must not be negative")
         if self.grounding not in GROUNDINGS:
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
+        if self.opening not in OPENINGS:
+            raise ValueError(f"--opening must be one of {', '.join(OPENINGS)}, got {self.opening!r}")
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
@@ -493,7 +503,8 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     `labels`, by line number."""
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id,
-                        opening_talk=config.opening_talk if config.reads_opening else None)
+                        opening_talk=config.opening_talk if config.reads_opening else None,
+                        until_step=config.opening == "until-step")
     if config.line_probes and read_by_likelihood(shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)
@@ -606,6 +617,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
                    for kind in ("talk", "start")}
         method["opening_probe"] = load_line_probe("talk").embedder if scored and config.reads_opening else None
+        method["opening"] = config.opening if method["opening_probe"] else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
@@ -713,8 +725,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, chunks, repairs, line_labels}: "
-           "each step's first and last "
+           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, opening, chunks, repairs, "
+           "line_labels}: each step's first and last "
            "transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "

@@ -23,7 +23,8 @@ How the labels are read depends on the backend:
   each line is read a second time alone, with no earlier line, and TALK needs the evidence of
   both readings (labels_from_scores says why: a closing line read in a run of steps); the first
   line, alone already, is read once, and its second view is a reader blind to position (the talk
-  probe, given by the caller: labels_from_scores says why: a clip that opens on a step);
+  probe, given by the caller: labels_from_scores says why: a clip that opens on a step), as, where
+  the caller asks, is each line of the opening until one is not TALK (a first step after a greeting);
 - a server or transformers: one chat request with the same examples, the reply constrained to
   `{"labels": [one label per line]}`.
 """
@@ -73,8 +74,8 @@ CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context al
 
 def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
-                       alone: bool = True, opening_talk: Callable[[str], float] | None = None
-                       ) -> list[dict[str, Any]]:
+                       alone: bool = True, opening_talk: Callable[[str], float] | None = None,
+                       until_step: bool = False) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -102,6 +103,14 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     -3.5 and the openings at -0.5 to +5.0; summed with the model's, every opening stays talk (+1.5 or more)
     and every clip's first line is a step. Counted twice, as before, the model's own reading pushed 0.6 to
     0.7. Measured on blind set 12: evaluation/showhowto/RESULTS.md, twelfth pass.
+
+    With `until_step`, each line while every line before it is labelled TALK (a greeting, an intro) has the
+    probe as its second view in place of its reading alone. Why: a line read alone is read as a first line,
+    so as talk; after a one-line greeting both of the model's views of the first step lean to talk (set 20's
+    oil check: "Park the car on level ground..." read TALK, dropped), and 3 of set 20's 4 clean clips lost
+    their first step that way. Once a line is not talk, the reading alone is the second view again: it is
+    what tells a closing line after a run of steps (above). Measured on blind set 21 (RESULTS, twenty-fourth
+    pass).
     """
     prefix, out = label_examples() + video_header(title), []
     for n, line in enumerate(texts, 1):
@@ -112,7 +121,8 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             scores = [a - float(b) for a, b in zip(scores, score(context + f"[{n}] {CONTENT_FREE} ->"))]
         probs = softmax(scores)
         mark = {}
-        if alone and n == 1 and opening_talk is not None:
+        opening = n == 1 or (until_step and all(m["label"] == "TALK" for m in out))
+        if alone and opening and opening_talk is not None:
             seen = sigmoid(float(opening_talk(line)))
             probs = with_talk(probs, talk_of_two(float(probs[-1]), seen))
             mark["probe"] = round(seen, 3)
@@ -169,8 +179,8 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
     return [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
 
 
-def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None
-                          ) -> list[dict[str, Any]]:
+def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None,
+                          until_step: bool = False) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -185,7 +195,7 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Calla
         return [float(log_probs[first_token[label]]) for label in LABELS]
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
-        return labels_from_scores(score, title, texts, opening_talk=opening_talk)
+        return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step)
 
 
 def labels_schema(count: int) -> dict:
@@ -213,13 +223,15 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
 
 
 def label_lines(llm, title: str, texts: list[str], record_id: object = None,
-                opening_talk: Callable[[str], float] | None = None) -> list[dict[str, Any]]:
+                opening_talk: Callable[[str], float] | None = None, until_step: bool = False
+                ) -> list[dict[str, Any]]:
     """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
-    `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position (in process only)."""
+    `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position, and with
+    `until_step` each line's until one is not TALK (in process only; labels_from_scores says why)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts, opening_talk)
+        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step)
     return _labels_by_reply(llm, title, texts, record_id)

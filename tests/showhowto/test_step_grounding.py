@@ -205,3 +205,34 @@ def test_a_clips_first_line_is_a_step_when_a_reader_blind_to_position_says_so():
     assert [m["label"] for m in greeting] == ["TALK", "STEP", "STEP", "STEP"]
     # only the first line is read by it: the other lines have an earlier line and two readings of their own
     assert all("probe" not in m and "alone" in m for m in seen[1:])
+
+
+def opening_is_talk_scorer(text: str) -> np.ndarray:
+    """A label pass that reads a line as talk (P(TALK) about 0.54) while nothing but greetings is shown
+    before it, whatever it says: read alone, or after a greeting labelled TALK (set 20's oil check, "Park
+    the car on level ground...", after "Hi everyone."); a greeting is talk anywhere."""
+    video = text.rsplit('Video: "', 1)[-1]
+    shown = video.split("\n")[1:]
+    if re.search(r"\b(hi|welcome)\b", shown[-1], re.I):
+        return np.array([1.0, -1.0, 3.0])
+    opening = all(re.search(r"\b(hi|welcome)\b", line, re.I) for line in shown[:-1])
+    return np.array([1.0, -1.0, 1.3 if opening else -2.0])
+
+
+def test_the_first_step_after_a_greeting_is_a_step_when_the_opening_is_read_by_the_probe_until_a_step():
+    """After a one-line greeting, both of the model's views of the first step read it as talk: in its
+    window it follows TALK, alone it is read as a first line. With until_step, each line while every line
+    before it is TALK has the talk probe as its second view in place of its reading alone, so the step
+    stays; the greeting stays talk, and once a line is not talk the lines after it are read alone again."""
+    lines = ["Hi everyone, welcome back."] + CLIP
+    first_line = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, opening_talk=words_say_talk)
+    assert [m["label"] for m in first_line] == ["TALK", "TALK", "STEP", "STEP"]  # the failure: the first step lost
+    seen = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, opening_talk=words_say_talk,
+                              until_step=True)
+    assert [m["label"] for m in seen] == ["TALK", "STEP", "STEP", "STEP"]
+    assert seen[1]["probe"] == pytest.approx(0.047, abs=1e-3) and "alone" not in seen[1]
+    assert all("probe" not in m and "alone" in m for m in seen[2:])  # a step is shown: read alone again
+    two_greetings = labels_from_scores(opening_is_talk_scorer, "Fruit salad", ["Hi everyone.", "Welcome back!"] + CLIP,
+                                       opening_talk=words_say_talk, until_step=True)
+    assert [m["label"] for m in two_greetings] == ["TALK", "TALK", "STEP", "STEP", "STEP"]
+    assert "probe" in two_greetings[1] and "probe" in two_greetings[2]
