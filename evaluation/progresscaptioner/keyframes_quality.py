@@ -5,7 +5,7 @@
         [--debias none,channel+probe] [--captioner offline] [--draws 200] [--threads N] [--json FILE]
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2]
         [--debias channel,channel+probe] [--keep-bias 0,0.5]
-        [--split measure12|measure11|...|measure2|measure|tune]
+        [--split measure13|measure12|...|measure2|measure|tune]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -28,13 +28,14 @@ library (--captioner, window 2 with both captions kept, the paper's windows), th
   --draws draws seeded, averaged.
 captions: heldout/keyframes_sequences_{split}.json, hand-written caption sequences with known stages, the frames
 of one stage worded differently (as a captioning VLM varies); the same rows as samples but kmeans (there are no
-images). --split: measure12 (the default) to measure3 (fourteen sequences each) and measure2 (twelve), each written
+images). --split: measure13 (the default) to measure3 (fourteen sequences each) and measure2 (twelve), each written
 blind to the judge by a separate writer before any run on it (measure2 and measure3 train the change probe of
 --debias probe and channel+probe, measure4 set its spread, measure5 and measure6 chose channel+probe as the
 default, measure7 measured that default and chose nothing, measure6 and measure7 were read for --keep-bias,
 measure8 turned down the probe retrained on every spent set, measure9 measured the default and chose nothing;
 measure10 turned it down again and measured the default, measure11 measured that default and chose nothing;
-measure12, whose stages are of uneven length, turned down --keep-bias 0.3 by the rule in RESULTS);
+measure12, whose stages are of uneven length, turned down --keep-bias 0.3 by the rule in RESULTS; measure13, also
+uneven, decides the retrained probe again by the rule in RESULTS, read off with probe_readoff.py);
 measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
 say so by their own words ("has been cut"), which a judge can read without comparing the two captions
 (evaluation/progresscaptioner/RESULTS.md).
@@ -271,8 +272,8 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure12", "measure11", "measure10", "measure9", "measure8", "measure7", "measure6", "measure5", "measure4",
-          "measure3", "measure2", "measure", "tune")
+SPLITS = ("measure13", "measure12", "measure11", "measure10", "measure9", "measure8", "measure7", "measure6", "measure5",
+          "measure4", "measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 
