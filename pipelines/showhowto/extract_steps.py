@@ -167,13 +167,13 @@ class ExtractConfig(LLMConfig):
         "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
         "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
         "In process only: a server's labels are its own."))
-    opening: str = option("first-line", help=(  # narration_labels.labels_from_scores says why
+    opening: str = option("until-step", help=(  # narration_labels.labels_from_scores says why
         "With --segmentation filtered or labels, which lines of a chunk's opening the talk probe "
         "(model_configs/narration_talk_probe.json) reads as their second view beside the label pass, "
-        "where the model would read the line alone: first-line, the chunk's first line (a first line "
-        "read alone is read as a greeting); until-step, each line until one is not labelled TALK, so a "
-        "first step said after a greeting is not read as talk either (evaluation/showhowto/RESULTS.md). "
-        "In process only, and not with --talk-probe, which reads every line."))
+        "where the model would read the line alone: until-step (default), each line until one is not "
+        "labelled TALK, so a first step said after a greeting is not read as talk; first-line, the "
+        "chunk's first line only (a first line read alone is read as a greeting), as before blind set 22 "
+        "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe, which reads every line."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "

@@ -109,8 +109,9 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     so as talk; after a one-line greeting both of the model's views of the first step lean to talk (set 20's
     oil check: "Park the car on level ground..." read TALK, dropped), and 3 of set 20's 4 clean clips lost
     their first step that way. Once a line is not talk, the reading alone is the second view again: it is
-    what tells a closing line after a run of steps (above). Measured on blind set 21 (RESULTS, twenty-fourth
-    pass).
+    what tells a closing line after a run of steps (above). On blind set 22 (clean clips opening on a long
+    greeting) it kept two first steps the first line's probe alone lost and lost one (a step with a reason
+    clause the probe reads as talk); on set 21 it changed nothing (RESULTS, twenty-fourth pass).
     """
     prefix, out = label_examples() + video_header(title), []
     for n, line in enumerate(texts, 1):
