@@ -137,6 +137,8 @@ def run_real(args, console: Console) -> dict:
 
 # --- samples: keyframes against the known stages -------------------------------------------------------
 
+DRAWS, SEED = 200, 0  # random keyframe sets drawn at each method's counts (--draws), and their seed (--seed)
+
 def scores(kept: list[list[int]], stages: list[list[int]]) -> dict:
     hit = predicted = true = 0
     coverage, kept_total, repeats = [], 0, 0
@@ -272,8 +274,8 @@ def run_samples(args, console: Console) -> dict:
 
 # --- captions: hand-written caption sequences whose stages are known -------------------------------------
 
-SPLITS = ("measure13", "measure12", "measure11", "measure10", "measure9", "measure8", "measure7", "measure6", "measure5",
-          "measure4", "measure3", "measure2", "measure", "tune")
+SPLITS = ("measure13", "measure12", "measure11", "measure10", "measure9", "measure8", "measure7", "measure6",
+          "measure5", "measure4", "measure3", "measure2", "measure", "tune")
 HELDOUT_SEQUENCES = {split: Path(__file__).parent / "heldout" / f"keyframes_sequences_{split}.json"
                      for split in SPLITS}
 
@@ -320,8 +322,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")
     parser.add_argument("--captioner", default="offline")
-    parser.add_argument("--draws", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--draws", type=int, default=DRAWS)
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -29,7 +29,6 @@ CANDIDATE_SPLITS = ("judge_pairs_tune", "judge_pairs_measure", "keyframes_sequen
                     "keyframes_sequences_measure4", "keyframes_sequences_measure5", "keyframes_sequences_measure6",
                     "keyframes_sequences_measure7")
 CANDIDATE_SPREAD = 1.1  # the ten sets' leave-one-set-out log-odds' standard deviation (1.105 over 590 pairs)
-DRAWS, SEED = 200, 0  # random frames at the same counts, as keyframes_quality draws them by default
 
 
 def judged_run(run: dict) -> dict:
@@ -40,14 +39,6 @@ def judged_run(run: dict) -> dict:
         raise SystemExit(f"the run has {len(rows)} progress rows judged with --debias channel+probe; read off one: "
                          "keyframes_quality captions --models M --debias channel+probe --json FILE")
     return rows[0]
-
-
-def balanced_accuracy(changes: Sequence[bool], truth: Sequence[int]) -> tuple[float, float, float]:
-    """(balanced accuracy, recall of changes, recall of same-stage pairs)."""
-    change = [c for c, y in zip(changes, truth) if y]
-    same = [not c for c, y in zip(changes, truth) if not y]
-    on_change, on_same = sum(change) / len(change), sum(same) / len(same)
-    return (on_change + on_same) / 2, on_change, on_same
 
 
 def kept_frames(changes: Sequence[bool], sizes: Sequence[int]) -> list[list[int]]:
@@ -69,9 +60,7 @@ def decisions(run: dict, split: str, train: Sequence[str], spread: float,
 
     row = judged_run(run)
     records, stages = heldout_records(split)
-    pairs = [(items[i]["text"], items[i + 1]["text"], int(plan[i + 1] != plan[i]))
-             for record, plan in zip(records, stages) for items in [record["captions"]["items"]]
-             for i in range(len(items) - 1)]
+    pairs = tp.pairs(f"keyframes_sequences_{split}")  # as the probe's training reads a set's pairs
     verdicts = [v for seq in row["sequences"] for v in seq["verdicts"]]
     if [seq["id"] for seq in row["sequences"]] != [r["id"] for r in records] or len(verdicts) != len(pairs):
         raise SystemExit(f"the run's sequences are not --split {split}'s ({len(verdicts)} verdicts, {len(pairs)} "
@@ -92,15 +81,16 @@ def decisions(run: dict, split: str, train: Sequence[str], spread: float,
 
 
 def measured(rows: dict[str, list[bool]], against: dict) -> dict[str, dict]:
-    from vi.evaluation.progresscaptioner.keyframes_quality import chance, scores
+    from vi.evaluation.progresscaptioner.judge_heldout import balanced_accuracy
+    from vi.evaluation.progresscaptioner.keyframes_quality import DRAWS, SEED, chance, scores
     from vi.pipelines.progresscaptioner.keyframes import uniform_indices
 
+    truth = [{"change": bool(y)} for y in against["truth"]]
     out = {}
     for name, changes in rows.items():
         kept, stages = kept_frames(changes, against["sizes"]), against["stages"]
-        acc, on_change, on_same = balanced_accuracy(changes, against["truth"])
         even = scores([uniform_indices(len(plan), len(k)) for k, plan in zip(kept, stages)], stages)
-        out[name] = {"balanced_accuracy": acc, "change_recall": on_change, "same_recall": on_same,
+        out[name] = {**balanced_accuracy(truth, [{"change": c} for c in changes]),
                      **scores(kept, stages), "chance": chance(kept, stages, DRAWS, SEED),
                      "even": {"coverage": even["coverage"], "redundancy": even["redundancy"]}}
     return out

@@ -305,8 +305,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
-                                        ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews))
-              if on is not None} | ({"opening": args.opening} if args.opening else {})  # those named; else defaults
+                                        ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews),
+                                        ("opening", args.opening))
+              if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
