@@ -35,7 +35,7 @@ default, measure7 measured that default and chose nothing, measure6 and measure7
 measure8 turned down the probe retrained on every spent set, measure9 measured the default and chose nothing;
 measure10 turned it down again and measured the default, measure11 measured that default and chose nothing;
 measure12, whose stages are of uneven length, turned down --keep-bias 0.3 by the rule in RESULTS; measure13, also
-uneven, decides the retrained probe again by the rule in RESULTS, read off with probe_readoff.py);
+uneven, turned down the retrained probe a third time by the rule in RESULTS, read off with probe_readoff.py);
 measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
 say so by their own words ("has been cut"), which a judge can read without comparing the two captions
 (evaluation/progresscaptioner/RESULTS.md).
