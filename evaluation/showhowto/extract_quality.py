@@ -5,6 +5,7 @@
                                                       [--segmentation model|labels|filtered] [--after-filter]
                                                       [--talk-probe] [--start-probe] [--drop-remarks]
                                                       [--no-drop-previews] [--opening until-step]
+                                                      [--closing back-to-step]
 
 The transcripts (tests/showhowto/data/extract_steps_transcripts.jsonl) are how-to narration as
 it comes: an intro that lists what will be done, filler, asides (a phone call, a sponsor, the
@@ -266,7 +267,7 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from vi.pipelines.showhowto.extract_steps import OPENINGS, SEGMENTATIONS
+    from vi.pipelines.showhowto.extract_steps import CLOSINGS, OPENINGS, SEGMENTATIONS
 
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.extract_quality",
                                      description=__doc__.split("\n\n")[0])
@@ -298,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--opening", choices=OPENINGS, help=(
         "vi extract-steps --opening: which opening lines the talk probe reads beside the label pass "
         "(default: the stage's own)"))
+    parser.add_argument("--closing", choices=CLOSINGS, help=(
+        "vi extract-steps --closing: whether the talk probe reads the closing lines beside the label pass "
+        "(default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
@@ -306,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
                                         ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews),
-                                        ("opening", args.opening))
+                                        ("opening", args.opening), ("closing", args.closing))
               if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,

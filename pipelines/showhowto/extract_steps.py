@@ -82,6 +82,7 @@ SAFETY_TOKENS = 64  # the token count of a rendered chat is estimated, not exact
 SEGMENTATIONS = ("filtered", "labels", "model")
 GROUNDINGS = ("said", "cited")
 OPENINGS = ("first-line", "until-step")  # the lines the talk probe reads beside the label pass (--opening)
+CLOSINGS = ("none", "back-to-step")  # the closing lines the talk probe reads beside the label pass (--closing)
 # A labelled run no step of the model's is on is written as a step only where the label pass gives
 # its first line P(STEP) of at least this: more likely a new step than not. The 1.5B model's labels
 # call many descriptive lines STEP by a small margin; the model's own steps are the main source.
@@ -174,6 +175,12 @@ class ExtractConfig(LLMConfig):
         "labelled TALK, so a first step said after a greeting is not read as talk; first-line, the "
         "chunk's first line only (a first line read alone is read as a greeting), as before blind set 22 "
         "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe, which reads every line."))
+    closing: str = option("none", help=(  # narration_labels.labels_from_scores says why
+        "With --segmentation filtered or labels, whether the talk probe reads the video's closing lines too, "
+        "as a third view beside the label pass's two: back-to-step, from the last line back, each line not "
+        "labelled talk until one stays a step, so a closing worded as an instruction (\"enjoy it while it's "
+        "hot\") is not kept as a step; none (default), as before (evaluation/showhowto/RESULTS.md). In process "
+        "only, and not with --talk-probe, which reads every line."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
@@ -212,6 +219,8 @@ class ExtractConfig(LLMConfig):
             raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
         if self.opening not in OPENINGS:
             raise ValueError(f"--opening must be one of {', '.join(OPENINGS)}, got {self.opening!r}")
+        if self.closing not in CLOSINGS:
+            raise ValueError(f"--closing must be one of {', '.join(CLOSINGS)}, got {self.closing!r}")
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
@@ -504,7 +513,8 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id,
                         opening_talk=config.opening_talk if config.reads_opening else None,
-                        until_step=config.opening == "until-step")
+                        until_step=config.opening == "until-step",
+                        back_to_step=config.closing == "back-to-step" and chunk is plan.chunks[-1])
     if config.line_probes and read_by_likelihood(shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)
@@ -618,6 +628,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
                    for kind in ("talk", "start")}
         method["opening_probe"] = load_line_probe("talk").embedder if scored and config.reads_opening else None
         method["opening"] = config.opening if method["opening_probe"] else None
+        method["closing"] = config.closing if method["opening_probe"] else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
@@ -725,7 +736,7 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, opening, chunks, repairs, "
+           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, opening, closing, chunks, repairs, "
            "line_labels}: each step's first and last "
            "transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "

@@ -24,7 +24,9 @@ How the labels are read depends on the backend:
   both readings (labels_from_scores says why: a closing line read in a run of steps); the first
   line, alone already, is read once, and its second view is a reader blind to position (the talk
   probe, given by the caller: labels_from_scores says why: a clip that opens on a step), as, where
-  the caller asks, is each line of the opening until one is not TALK (a first step after a greeting);
+  the caller asks, is each line of the opening until one is not TALK (a first step after a greeting)
+  and, as a third view, each line of the video's closing from the last back until one stays a step (a
+  closing worded as an instruction);
 - a server or transformers: one chat request with the same examples, the reply constrained to
   `{"labels": [one label per line]}`.
 """
@@ -75,7 +77,7 @@ CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context al
 def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
                        alone: bool = True, opening_talk: Callable[[str], float] | None = None,
-                       until_step: bool = False) -> list[dict[str, Any]]:
+                       until_step: bool = False, back_to_step: bool = False) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -112,8 +114,16 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     what tells a closing line after a run of steps (above). On blind set 22 (clean clips opening on a long
     greeting) it kept two first steps the first line's probe alone lost and lost one (a step with a reason
     clause the probe reads as talk); on set 21 it changed nothing (RESULTS, twenty-fourth pass).
+
+    With `back_to_step` (the chunk that ends the video), the closing is read by the probe too: from the last
+    line back, each line not labelled TALK has the probe as a third view beside its two readings, until one
+    stays a step. Why: a closing worded as an instruction ("Your pour-over is ready. Enjoy it while it's
+    hot!", "use the trimmings for dinner and enjoy") reads as one more step both in its window and alone,
+    so the model's step written on it is kept (an outro step on sets 20 and 22); the probe reads its words
+    as talk. Walking back only while lines turn to talk keeps the last true step's reading as it was
+    wherever the line after it stays a step.
     """
-    prefix, out = label_examples() + video_header(title), []
+    prefix, out, read = label_examples() + video_header(title), [], []
     for n, line in enumerate(texts, 1):
         first = 1 if window is None else max(1, n - window)
         context = prefix + "".join(f"[{m}] {texts[m - 1]} -> {out[m - 1]['label']}\n" for m in range(first, n))
@@ -132,7 +142,29 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
         out.append(labelled(probs) | mark)
+        read.append(probs)
+    if back_to_step and alone and opening_talk is not None:
+        read_closing(out, read, texts, opening_talk)
     return out
+
+
+def read_closing(marks: list[dict[str, Any]], read: list[Sequence[float]], texts: list[str],
+                 closing_talk: Callable[[str], float]) -> None:
+    """From the last line back, each line not labelled TALK gets `closing_talk(line)`, a reader blind to
+    position, as a third view of TALK beside its P(STEP, MORE, TALK) so far (`read`), until one stays a step
+    (labels_from_scores says why); a line the probe has read already (an opening) ends the walk as it is.
+    In place."""
+    for n in range(len(marks) - 1, -1, -1):
+        mark = marks[n]
+        if mark["label"] == "TALK":
+            continue
+        if "probe" in mark:
+            return
+        seen = sigmoid(float(closing_talk(texts[n])))
+        marks[n] = mark | labelled(with_talk(read[n], talk_of_two(float(read[n][-1]), seen))) | {
+            "closing_probe": round(seen, 3)}
+        if marks[n]["label"] != "TALK":
+            return
 
 
 def read_by_likelihood(marks: Iterable[dict[str, Any]]) -> bool:
@@ -181,7 +213,7 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
 
 
 def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None,
-                          until_step: bool = False) -> list[dict[str, Any]]:
+                          until_step: bool = False, back_to_step: bool = False) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -196,7 +228,8 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Calla
         return [float(log_probs[first_token[label]]) for label in LABELS]
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
-        return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step)
+        return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step,
+                                  back_to_step=back_to_step)
 
 
 def labels_schema(count: int) -> dict:
@@ -224,15 +257,16 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
 
 
 def label_lines(llm, title: str, texts: list[str], record_id: object = None,
-                opening_talk: Callable[[str], float] | None = None, until_step: bool = False
-                ) -> list[dict[str, Any]]:
+                opening_talk: Callable[[str], float] | None = None, until_step: bool = False,
+                back_to_step: bool = False) -> list[dict[str, Any]]:
     """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
     `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position, and with
-    `until_step` each line's until one is not TALK (in process only; labels_from_scores says why)."""
+    `until_step` each line's until one is not TALK, with `back_to_step` each closing line's from the last
+    back until one stays a step (in process only; labels_from_scores says why)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step)
+        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step)
     return _labels_by_reply(llm, title, texts, record_id)

@@ -236,3 +236,35 @@ def test_the_first_step_after_a_greeting_is_a_step_when_the_opening_is_read_by_t
                                        opening_talk=words_say_talk, until_step=True)
     assert [m["label"] for m in two_greetings] == ["TALK", "TALK", "STEP", "STEP", "STEP"]
     assert "probe" in two_greetings[1] and "probe" in two_greetings[2]
+
+
+def every_line_a_step_scorer(text: str) -> np.ndarray:
+    """A label pass that reads every line but a greeting as a step, in its window and alone: a closing worded
+    as an instruction ("Enjoy it while it's cold!") reads as one more step (set 20's pour-over, set 22's basil)."""
+    shown = text.rsplit('Video: "', 1)[-1].split("\n")[-1]
+    return np.array([1.0, -1.0, 3.0 if re.search(r"\b(hi|welcome)\b", shown, re.I) else 0.3])
+
+
+def closing_words_say_talk(line: str) -> float:
+    """The talk probe's habit on closings: a greeting, "enjoy" or "subscribe" is talk whatever its mood."""
+    return 3.0 if re.search(r"\b(hi|welcome|enjoy|subscribe)\b", line, re.I) else -3.0
+
+
+def test_a_closing_worded_as_an_instruction_is_talk_when_the_probe_reads_back_to_the_last_step():
+    """Read in its window and alone, a closing worded as an instruction is one more step. With back_to_step,
+    each line from the last back gets the talk probe as a third view until one stays a step: the closings turn
+    to talk, the last true step stays, and the walk stops there, so a step the probe would misread earlier in
+    the clip ("Enjoy ..." is not asked about, it is not in the closing) keeps its labels."""
+    lines = ["Hi everyone."] + CLIP + ["Enjoy it while it's cold!", "And subscribe for more."]
+    before = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, opening_talk=closing_words_say_talk,
+                                until_step=True)
+    assert [m["label"] for m in before] == ["TALK", "STEP", "STEP", "STEP", "STEP", "STEP"]  # the failure
+    seen = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, opening_talk=closing_words_say_talk,
+                              until_step=True, back_to_step=True)
+    assert [m["label"] for m in seen] == ["TALK", "STEP", "STEP", "STEP", "TALK", "TALK"]
+    assert seen[-1]["closing_probe"] == pytest.approx(0.953, abs=1e-3) and "closing_probe" in seen[3]
+    assert all("closing_probe" not in m for m in seen[:3])  # the last step stayed: the walk ended there
+    mid = ["Hi everyone.", CLIP[0], "Enjoy the quiet while it naps.", *CLIP[1:]]  # read as talk, not at the close
+    assert [m["label"] for m in labels_from_scores(every_line_a_step_scorer, "Fruit salad", mid,
+                                                   opening_talk=closing_words_say_talk, until_step=True,
+                                                   back_to_step=True)] == ["TALK"] + ["STEP"] * 4
