@@ -120,8 +120,10 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     stays a step. Why: a closing worded as an instruction ("Your pour-over is ready. Enjoy it while it's
     hot!", "use the trimmings for dinner and enjoy") reads as one more step both in its window and alone,
     so the model's step written on it is kept (an outro step on sets 20 and 22); the probe reads its words
-    as talk. Walking back only while lines turn to talk keeps the last true step's reading as it was
-    wherever the line after it stays a step.
+    (set 22's basil closing: +2.3). Walking back only while lines turn to talk keeps the last true step's
+    reading as it was wherever the line after it stays a step. On 29 spent closings it turned 3 of the 16
+    outro lines read as not talk, and no last step; on blind set 23 it changed no step, the default keeping
+    none of its closings, so it is off by default (RESULTS, twenty-fifth pass).
     """
     prefix, out, read = label_examples() + video_header(title), [], []
     for n, line in enumerate(texts, 1):
