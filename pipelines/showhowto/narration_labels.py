@@ -123,7 +123,9 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     (set 22's basil closing: +2.3). Walking back only while lines turn to talk keeps the last true step's
     reading as it was wherever the line after it stays a step. On 29 spent closings it turned 3 of the 16
     outro lines read as not talk, and no last step; on blind set 23 it changed no step, the default keeping
-    none of its closings, so it is off by default (RESULTS, twenty-fifth pass).
+    none of its closings, and on set 24 it kept the one the default kept ("Grab a spoon and dig in...": the
+    probe reads an imperative closing as a step too) and one more, so it is off by default (RESULTS,
+    twenty-fifth pass).
     """
     prefix, out, read = label_examples() + video_header(title), [], []
     for n, line in enumerate(texts, 1):
