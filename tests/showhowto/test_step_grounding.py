@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from vi.pipelines.showhowto import step_grounding as sg
-from vi.pipelines.showhowto.narration_labels import LABELS, both_readings, labels_from_scores
+from vi.pipelines.showhowto.extract_steps import STEP_SURE
+from vi.pipelines.showhowto.narration_labels import LABELS, both_readings, labels_from_scores, talk_of_two, with_talk
 from tests.showhowto.grounding_fakes import words_embedder
 
 LINES = [
@@ -268,3 +269,28 @@ def test_a_closing_worded_as_an_instruction_is_talk_when_the_probe_reads_back_to
     assert [m["label"] for m in labels_from_scores(every_line_a_step_scorer, "Fruit salad", mid,
                                                    opening_talk=closing_words_say_talk, until_step=True,
                                                    back_to_step=True)] == ["TALK"] + ["STEP"] * 4
+
+
+def unsure_closing_scorer(text: str) -> np.ndarray:
+    """Every line a step but a greeting, and a closing the label pass leaves an unsure step (P(STEP) 0.48 with
+    both readings: MORE nearly as likely), as set 24's lavender ("Use the dried buds to fill little sachets...")."""
+    shown = text.rsplit('Video: "', 1)[-1].split("\n")[-1]
+    if "sachets" in shown:
+        return np.array([1.0, 0.9, 0.5])
+    return every_line_a_step_scorer(text)
+
+
+def test_the_closing_walk_never_makes_a_line_a_surer_step_than_its_two_readings_did():
+    """The walk looks for talk. A probe that reads an unsure closing as a step (no "enjoy": -3) leaves its
+    probabilities as its two readings left them, under the stage's STEP_SURE, so no step is written from the
+    line the model left out; heard both ways, as on blind set 24, it would have pushed the line over it."""
+    lines = ["Hi everyone."] + CLIP + ["Use the dried buds to fill little sachets."]
+    before = labels_from_scores(unsure_closing_scorer, "Lavender", lines, opening_talk=closing_words_say_talk,
+                                until_step=True)
+    seen = labels_from_scores(unsure_closing_scorer, "Lavender", lines, opening_talk=closing_words_say_talk,
+                              until_step=True, back_to_step=True)
+    assert seen[-1]["label"] == "STEP" and seen[-1]["closing_probe"] == pytest.approx(0.047, abs=1e-3)
+    assert seen[-1]["probs"] == before[-1]["probs"] and before[-1]["probs"][0] < STEP_SURE
+    assert "closing_probe" not in seen[-2]  # it stayed a step: the walk ended there
+    probs = before[-1]["probs"]
+    assert with_talk(probs, talk_of_two(probs[-1], seen[-1]["closing_probe"]))[0] > STEP_SURE  # heard both ways
