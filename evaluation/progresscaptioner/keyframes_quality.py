@@ -6,6 +6,7 @@
     python -m vi.evaluation.progresscaptioner.keyframes_quality captions [--models M1,M2]
         [--debias channel,channel+probe] [--keep-bias 0,0.5]
         [--split measure13|measure12|...|measure2|measure|tune]
+    python -m vi.evaluation.progresscaptioner.keyframes_quality bound [--splits measure13,...] [--recalls 0.8,0.9]
 
 real: the 141 FrameCapEval sequences shipped with ProgressCaptioner (../shared/data/progcaptioner/output/
 *.json) with ProgressCaptioner-7B's own captions (`response0`, parsed by `parse_frame_replies`). There are no
@@ -39,6 +40,10 @@ uneven, turned down the retrained probe a third time by the rule in RESULTS, rea
 measure (ten) and tune (eight), written in this project beside the judge's design: their change captions often
 say so by their own words ("has been cut"), which a judge can read without comparing the two captions
 (evaluation/progresscaptioner/RESULTS.md).
+bound: no LLM. A judge right at a rate on each pair, independently (`judge_at`), run on each blind split's stages:
+the coverage and redundancy it would give, whether that meets the keyframe targets (coverage >= 0.9, redundancy
+at most half of random's), and where the default's run on the split is kept (measured/), the same model at that
+judge's own change and same-stage recalls beside what it kept: what the targets ask of the judge.
 Each LLM call is one greedy, grammar-constrained answer; on 2 busy CPU cores SmolLM2-135M takes 5-20 s a
 call and Qwen2.5-1.5B several times more, so --models and --n bound the run.
 """
@@ -308,9 +313,92 @@ def run_captions(args, console: Console) -> dict:
     return {"sequences": len(records), "rows": rows}
 
 
+# --- bound: what the keyframe targets ask of a pair judge ------------------------------------------------
+
+MEASURED = Path(__file__).parent / "measured"  # kept `captions --json` runs: keyframes_{split}.json
+BOUND_RECALLS = (0.75, 0.8, 0.85, 0.9, 0.95)
+BLIND_SPLITS = tuple(s for s in SPLITS if s not in ("measure", "tune"))  # each written blind to the judge
+
+
+def judge_at(stages: list[list[int]], change_recall: float, same_recall: float, draws: int, seed: int) -> dict:
+    """What a judge right at these rates, pair by pair and independently of each other, keeps under --reference
+    previous (frame 0 and every pair it calls a change), scored as `scores`, with random frames' redundancy at
+    the same counts (`chance`); the means over `draws` judges."""
+    rng = random.Random(f"keyframes-judge-at:{seed}")
+    totals: dict[str, list[float]] = {}
+    for _ in range(draws):
+        kept = [[0] + [t for t in range(1, len(plan))
+                       if (rng.random() < change_recall if plan[t] != plan[t - 1] else rng.random() >= same_recall)]
+                for plan in stages]
+        found = scores(kept, stages)
+        for key, value in (("coverage", found["coverage"]), ("redundancy", found["redundancy"]),
+                           ("random_redundancy", chance(kept, stages, 20, rng.randrange(2**31))["redundancy"])):
+            totals.setdefault(key, []).append(value)
+    return {key: sum(values) / len(values) for key, values in totals.items()}
+
+
+def meets_targets(row: dict) -> bool:
+    """Issue 38's keyframe targets: stage coverage at least 0.9, redundancy at most half of random frames'."""
+    return row["coverage"] >= 0.9 and row["redundancy"] <= row["random_redundancy"] / 2
+
+
+def kept_run_recalls(split: str) -> dict | None:
+    """The default judge's own change and same-stage recall, coverage and redundancy on `split`, from its kept
+    run (MEASURED), or None where none is kept."""
+    path = MEASURED / f"keyframes_{split}.json"
+    if not path.exists():
+        return None
+    rows = [row for name, row in json.loads(path.read_text())["rows"].items()
+            if name.startswith("progress (") and "read_off" not in row]
+    _, stages = heldout_records(split)
+    hits = {True: [], False: []}
+    for seq, plan in zip(rows[0]["sequences"], stages):
+        for t, verdict in enumerate(seq["verdicts"], 1):
+            change = plan[t] != plan[t - 1]
+            hits[change].append(bool(verdict["change"]) == change)
+    return {"change_recall": sum(hits[True]) / len(hits[True]), "same_recall": sum(hits[False]) / len(hits[False]),
+            "coverage": rows[0]["coverage"], "redundancy": rows[0]["redundancy"]}
+
+
+def run_bound(args, console: Console) -> dict:
+    """Per blind split, what a judge at each balanced accuracy (change and same-stage recall equal; with
+    --same-recall, each rate its change recall and the same-stage recall held there) keeps, and
+    whether that meets the keyframe targets; where the default's run is kept, a judge at its own two recalls
+    beside what it kept, so the model's fit can be read. No LLM runs: seconds."""
+    out: dict[str, dict] = {}
+    held = "" if args.same_recall is None else f" (on changes; on same-stage pairs {args.same_recall:g})"
+    table = Table(title=f"A pair judge right at a rate{held}, independently per pair, on each split's stages: "
+                        "coverage / redundancy (half of random's); * meets both keyframe targets")
+    table.add_column("split", justify="left")
+    for recall in args.recalls:
+        table.add_column(f"judge at {recall:g}", justify="right")
+    table.add_column("the default: its recalls (change / same): modelled; measured", justify="right")
+    for split in args.splits:
+        _, stages = heldout_records(split)
+        rows = {f"{recall:g}": judge_at(stages, recall, recall if args.same_recall is None else args.same_recall,
+                                        args.draws, args.seed) for recall in args.recalls}
+        cells = [f"{r['coverage']:.2f} / {r['redundancy']:.2f} ({r['random_redundancy'] / 2:.2f})"
+                 + ("*" if meets_targets(r) else "") for r in rows.values()]
+        own = kept_run_recalls(split)
+        if own:
+            rows["default"] = {**judge_at(stages, own["change_recall"], own["same_recall"], args.draws, args.seed),
+                               "measured": own}
+            cells.append(f"{own['change_recall']:.2f}/{own['same_recall']:.2f}: {rows['default']['coverage']:.2f}/"
+                         f"{rows['default']['redundancy']:.2f}; {own['coverage']:.2f}/{own['redundancy']:.2f}")
+        else:
+            cells.append("-")
+        table.add_row(split, *cells)
+        out[split] = rows
+    console.print(table)
+    for recall in args.recalls:
+        met = sum(meets_targets(out[split][f"{recall:g}"]) for split in args.splits)
+        console.print(f"judge at {recall:g}: both targets met on {met} of {len(args.splits)} splits", highlight=False)
+    return {"recalls": list(args.recalls), "same_recall": args.same_recall, "draws": args.draws, "splits": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("real", "samples", "captions"))
+    parser.add_argument("what", choices=("real", "samples", "captions", "bound"))
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--debias", default=f"none,{DEFAULT_DEBIAS}", help="the judges' --debias, comma-separated "
                         f"(none,{DEFAULT_DEBIAS}: the paper's single ask beside the default)")
@@ -318,6 +406,11 @@ def main() -> None:
     parser.add_argument("--keep-bias", default=f"{kf.KEEP_BIAS:g}", help="vi keyframes --keep-bias, comma-separated "
                         "(under --reference previous, read off one run's verdicts)")
     parser.add_argument("--split", choices=SPLITS, default=SPLITS[0], help="captions: which set")
+    parser.add_argument("--splits", default=",".join(BLIND_SPLITS), help="bound: which sets, comma-separated")
+    parser.add_argument("--recalls", default=",".join(f"{r:g}" for r in BOUND_RECALLS),
+                        help="bound: the judges' balanced accuracies, comma-separated")
+    parser.add_argument("--same-recall", type=float, help="bound: hold the judges' same-stage recall here and read "
+                        "--recalls as their change recall")
     parser.add_argument("--show", type=int, default=10)
     parser.add_argument("--n", type=int, default=24, help="sample sequences made (about 70%% are measured)")
     parser.add_argument("--out", help="where the sample sequences go (default: a temporary folder)")
@@ -331,8 +424,13 @@ def main() -> None:
     args.debias = [d for d in args.debias.split(",") if d]
     args.reference = [r for r in args.reference.split(",") if r]
     args.keep_bias = [float(b) for b in args.keep_bias.split(",") if b]
+    args.splits = [s for s in args.splits.split(",") if s]
+    if unknown := [s for s in args.splits if s not in SPLITS]:
+        parser.error(f"--splits: no caption set {', '.join(unknown)} (one of {', '.join(SPLITS)})")
+    args.recalls = [float(r) for r in args.recalls.split(",") if r]
     console = Console(width=150)
-    result = {"real": run_real, "samples": run_samples, "captions": run_captions}[args.what](args, console)
+    result = {"real": run_real, "samples": run_samples, "captions": run_captions,
+              "bound": run_bound}[args.what](args, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
