@@ -2,8 +2,8 @@
 moved onto the lines its words come from, and judged (a step on talk only, a copied line).
 
 The model cites each step's first and last line (`[n]` in the prompt); small models cite the line
-before the one they paraphrase, repeat a step across a chunk's overlap, or list the narration
-itself as steps. These pure functions repair what can be repaired and say what they did.
+before the one they paraphrase, repeat a step across a chunk's overlap or go round their own list
+again, or list the narration itself as steps. These pure functions repair what can be repaired and say what they did.
 """
 
 from __future__ import annotations
@@ -125,16 +125,25 @@ def cited_steps(raw: list[Any], count: int, texts: list[str] | None = None, name
     if ordered != cited:
         repairs.append("steps reordered by their lines")
     steps: list[list] = []
+    kept: dict[str, list] = {}  # each step kept, by its text's casefold
     for first, last, text in ordered:
         if steps and steps[-1][2].casefold() == text.casefold():  # often from chunk overlap
             steps[-1][1] = max(steps[-1][1], last)
             repairs.append(f"repeated step {text!r} merged")
+            continue
+        if (same := kept.get(text.casefold())) is not None:
+            # the 1.5B model can go round its list again (set 8's guacamole: four steps written twice, the copies
+            # pushed onto one late line); none of the 199 hand-written true step lists has a text twice: the first
+            # stays
+            repairs.append(f"step {text!r} ({names(first, last)}) repeats the step on {names(same[0], same[1])}, "
+                           "dropped")
             continue
         if steps and first < steps[-1][1]:  # two steps may share one line, no more
             repairs.append(f"step {steps[-1][2]!r} ({names(steps[-1][0], steps[-1][1])}) overlapped "
                            f"the next one; cut to end at {names(max(steps[-1][0], first))}")
             steps[-1][1] = max(steps[-1][0], first)
         steps.append([first, last, text])
+        kept[text.casefold()] = steps[-1]
     return [tuple(s) for s in steps], repairs
 
 

@@ -62,6 +62,22 @@ def test_cited_lines_are_checked_ordered_and_repaired():
         assert expected in text
 
 
+def test_a_step_the_model_writes_again_further_on_is_dropped_and_the_first_stays():
+    """Set 8's guacamole: the 1.5B model went round its list again, and grounding pushed the copies onto one late
+    line. Only the same text (up to case) is a repeat: a step that does the same thing again in other words stays."""
+    raw = [{"first_line": 2, "last_line": 2, "text": "Scoop the flesh into a bowl."},
+           {"first_line": 4, "last_line": 4, "text": "Dice the onion."},
+           {"first_line": 6, "last_line": 6, "text": "Taste it."},
+           {"first_line": 6, "last_line": 6, "text": "scoop the flesh into a bowl."},
+           {"first_line": 6, "last_line": 6, "text": "Dice the onion."},
+           {"first_line": 7, "last_line": 7, "text": "Dice the onion again."}]
+    cited, repairs = es.cited_steps(raw, count=8)
+    assert cited == [(2, 2, "Scoop the flesh into a bowl."), (4, 4, "Dice the onion."), (6, 6, "Taste it."),
+                     (7, 7, "Dice the onion again.")]
+    assert repairs == ["step 'scoop the flesh into a bowl.' (segment 5) repeats the step on segment 1, dropped",
+                       "step 'Dice the onion.' (segment 5) repeats the step on segment 3, dropped"]
+
+
 def test_a_citation_one_line_off_moves_to_the_lines_its_words_come_from():
     """What Qwen2.5-Coder-1.5B did on bike_tyre: the right text, the line before cited."""
     lines = [s["text"] for s in TRANSCRIPTS["bike_tyre"]["transcript"]["segments"]]
