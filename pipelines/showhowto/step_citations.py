@@ -3,7 +3,8 @@ moved onto the lines its words come from, and judged (a step on talk only, a cop
 
 The model cites each step's first and last line (`[n]` in the prompt); small models cite the line
 before the one they paraphrase, repeat a step across a chunk's overlap or go round their own list
-again, or list the narration itself as steps. These pure functions repair what can be repaired and say what they did.
+again, or list the narration itself as steps. These pure functions repair what can be repaired and
+say what they did.
 """
 
 from __future__ import annotations
