@@ -299,6 +299,17 @@ def heldout_records(split: str = SPLITS[0]) -> tuple[list[dict], list[list[int]]
     return records, [s["stages"] for s in sequences]
 
 
+def judged_run(run: dict) -> dict:
+    """A `captions --json` run's `vi keyframes --method progress` row judged with channel+probe (the one whose
+    verdicts keep both: probe_readoff and `bound` read it)."""
+    rows = [row for name, row in run.get("rows", {}).items()
+            if name.startswith("progress (") and "--debias channel+probe" in name and "read_off" not in row]
+    if len(rows) != 1:
+        raise SystemExit(f"the run has {len(rows)} progress rows judged with --debias channel+probe; read off one: "
+                         "keyframes_quality captions --models M --debias channel+probe --json FILE")
+    return rows[0]
+
+
 def run_captions(args, console: Console) -> dict:
     """Unlike the samples, whose offline captions are identical for the frames of one stage (any judge
     keeps one frame per stage there), these captions word one stage differently from frame to frame, as
@@ -348,16 +359,15 @@ def kept_run_recalls(split: str) -> dict | None:
     path = MEASURED / f"keyframes_{split}.json"
     if not path.exists():
         return None
-    rows = [row for name, row in json.loads(path.read_text())["rows"].items()
-            if name.startswith("progress (") and "read_off" not in row]
+    row = judged_run(json.loads(path.read_text()))
     _, stages = heldout_records(split)
     hits = {True: [], False: []}
-    for seq, plan in zip(rows[0]["sequences"], stages):
+    for seq, plan in zip(row["sequences"], stages):
         for t, verdict in enumerate(seq["verdicts"], 1):
             change = plan[t] != plan[t - 1]
             hits[change].append(bool(verdict["change"]) == change)
     return {"change_recall": sum(hits[True]) / len(hits[True]), "same_recall": sum(hits[False]) / len(hits[False]),
-            "coverage": rows[0]["coverage"], "redundancy": rows[0]["redundancy"]}
+            "coverage": row["coverage"], "redundancy": row["redundancy"]}
 
 
 def run_bound(args, console: Console) -> dict:

@@ -31,16 +31,6 @@ CANDIDATE_SPLITS = ("judge_pairs_tune", "judge_pairs_measure", "keyframes_sequen
 CANDIDATE_SPREAD = 1.1  # the ten sets' leave-one-set-out log-odds' standard deviation (1.105 over 590 pairs)
 
 
-def judged_run(run: dict) -> dict:
-    """The run's `vi keyframes --method progress` row judged with channel+probe (the one whose verdicts keep both)."""
-    rows = [row for name, row in run.get("rows", {}).items()
-            if name.startswith("progress (") and "--debias channel+probe" in name and "read_off" not in row]
-    if len(rows) != 1:
-        raise SystemExit(f"the run has {len(rows)} progress rows judged with --debias channel+probe; read off one: "
-                         "keyframes_quality captions --models M --debias channel+probe --json FILE")
-    return rows[0]
-
-
 def kept_frames(changes: Sequence[bool], sizes: Sequence[int]) -> list[list[int]]:
     """What --reference previous keeps from the pairs' decisions: frame 0, and each frame judged a change."""
     out, k = [], 0
@@ -55,7 +45,7 @@ def decisions(run: dict, split: str, train: Sequence[str], spread: float,
     """Each row's change decision per pair, in the run's order, and what they are measured against."""
     from vi.core.models.linear_probe import LinearProbe
     from vi.evaluation.progresscaptioner import train_progression_probe as tp
-    from vi.evaluation.progresscaptioner.keyframes_quality import heldout_records
+    from vi.evaluation.progresscaptioner.keyframes_quality import heldout_records, judged_run
     from vi.pipelines.progresscaptioner.judge_progression import CHANNEL_SPREAD
 
     row = judged_run(run)
