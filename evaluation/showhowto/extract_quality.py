@@ -140,16 +140,21 @@ def meets_bar(row: dict) -> bool:
     return abs(row["steps"] - row["true"]) <= 2 and not any(row[r] for r in NOT_STEPS) and recall_ok
 
 
-def run_one(record: dict, config) -> tuple[list[dict], str | None, float]:
+KEPT_READINGS = ("repairs", "line_labels")  # kept in each row beside the steps: a later rule is read off them
+
+
+def run_one(record: dict, config) -> tuple[list[dict], str | None, float, dict]:
+    """The record's steps, its error kind (or None), the seconds it took, and the stage's KEPT_READINGS."""
     from vi.core.errors import RecordError
     from vi.pipelines.showhowto.extract_steps import extract
 
     begun = time.perf_counter()
     try:
-        items, error = extract(record, config)["steps"]["items"], None
+        steps = extract(record, config)["steps"]
+        items, error, readings = steps["items"], None, {key: steps.get(key) for key in KEPT_READINGS}
     except RecordError as exc:
-        items, error = [], exc.kind
-    return items, error, time.perf_counter() - begun
+        items, error, readings = [], exc.kind, {key: None for key in KEPT_READINGS}
+    return items, error, time.perf_counter() - begun, readings
 
 
 def pressure_cooker(config) -> dict | None:
@@ -157,14 +162,14 @@ def pressure_cooker(config) -> dict | None:
         return None
     record = json.loads(PRESSURE_COOKER.read_text())
     segments = record["transcript"]["segments"]
-    items, error, seconds = run_one(record, config)
+    items, error, seconds, readings = run_one(record, config)
     actions = [(segments[a]["start"], segments[b]["end"]) for a, b in PRESSURE_COOKER_ACTIONS]
     on_action = sum(any(a - START_SLACK <= s["start"] <= b for a, b in actions) for s in items)
     return {"steps": len(items), "error": error, "on_action_lines": on_action,
             **by_line(pressure_cooker_record(), items),
             "ordered": [s["start"] for s in items] == sorted(s["start"] for s in items),
             "in_range": all(0 <= s["start"] <= s["end"] <= 135.1 for s in items),
-            "seconds": round(seconds, 1), "items": items}
+            "seconds": round(seconds, 1), "items": items, **readings}
 
 
 def fmt(value: float | None) -> str:
@@ -246,9 +251,9 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
     for record in records:
         if screen is not None:
             record = record | classify(record, screen)
-        items, error, seconds = run_one(record, config)
+        items, error, seconds, readings = run_one(record, config)
         rows.append(score(record, items) | by_line(record, items) | {"error": error, "seconds": seconds, "items": items,
-                                                                    "source": record.get("source")})
+                                                                    "source": record.get("source"), **readings})
         row = rows[-1]
         print(f"  {llm} {record['id']}: {row['steps']}/{row['true']} steps, R@.3 {fmt(row['recall@0.3'])}, "
               f"by line {row['line_found']}/{row['line_true']} found, {row['line_on_step']}/{row['line_steps']} "

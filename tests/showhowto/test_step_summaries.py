@@ -131,3 +131,35 @@ def test_the_stage_drops_the_step_the_model_wrote_from_the_intros_plan(drop_prev
     assert [s["text"] for s in out["items"]] == (written[1:] if drop_previews else written)
     assert out["previews"] == ("dropped" if drop_previews else "kept")
     assert any("a preview" in r for r in out["repairs"]) is drop_previews
+
+
+def test_a_clause_under_the_bar_names_the_step_it_is_nearest_to():
+    """A past-tense recap's short clauses ("taped it off") sit under CLAUSE_MATCH with their own steps' lines, yet
+    each is nearer its own step than any other: read by the nearest step, the line names all four in order. Out
+    of order it names no recap, and a clause that is nearest a step only below NEAREST_MATCH names none."""
+    done = ["I'm taping off the paint around the lens.", "Now sand it with the wet paper.",
+            "Rub the polish in small circles.", "Wipe on the sealant in one pass."]
+    recap = "So we taped it off, sanded it, polished it and sealed it."
+    phrases = clauses(recap)
+    assert phrases == ["so we taped it off", "sanded it", "polished it", "sealed it"]
+
+    def embedder(cosine):  # each clause at `cosine` with its own step, orthogonal to every other step
+        def embed(texts):
+            import numpy as np
+            vectors = []
+            for text in texts:
+                vector = np.zeros(2 * len(done))
+                if text in done:
+                    vector[done.index(text)] = 1.0
+                elif text in phrases:
+                    k = phrases.index(text)
+                    vector[k], vector[len(done) + k] = cosine, (1 - cosine ** 2) ** 0.5
+                vectors.append(vector)
+            return np.asarray(vectors)
+        return embed
+
+    near = embedder(step_summaries.NEAREST_MATCH + 0.02)
+    assert step_summaries.NEAREST_MATCH + 0.02 < step_summaries.CLAUSE_MATCH
+    assert summary_kind(recap, done, [], near) == "recap"
+    assert summary_kind(recap, done[::-1], [], near) is None  # out of order
+    assert summary_kind(recap, done, [], embedder(step_summaries.NEAREST_MATCH - 0.02)) is None
