@@ -307,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--closing", choices=CLOSINGS, help=(
         "vi extract-steps --closing: whether the talk probe reads the closing lines beside the label pass "
         "(default: the stage's own)"))
+    parser.add_argument("--after-talk", action=argparse.BooleanOptionalAction, help=(
+        "vi extract-steps --after-talk: a line labelled talk after a window of talk is read again as a first "
+        "line, with the talk probe (default: the stage's own)"))
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
@@ -315,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
     probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
                                         ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews),
-                                        ("opening", args.opening), ("closing", args.closing))
+                                        ("opening", args.opening), ("closing", args.closing),
+                                        ("after_talk", args.after_talk))
               if on is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,

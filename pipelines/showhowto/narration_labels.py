@@ -77,7 +77,8 @@ CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context al
 def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
                        alone: bool = True, opening_talk: Callable[[str], float] | None = None,
-                       until_step: bool = False, back_to_step: bool = False) -> list[dict[str, Any]]:
+                       until_step: bool = False, back_to_step: bool = False,
+                       after_talk: bool = False) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -126,6 +127,13 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     none of its closings, and on set 24 it kept the one the default kept ("Grab a spoon and dig in...": the
     probe reads an imperative closing as a step too) and one more (a flaw, fixed since: read_closing), so it is off
     by default (RESULTS, twenty-fifth and twenty-sixth passes).
+
+    With `after_talk`, a line labelled TALK whose window is all TALK (a story or an aside as long as the window)
+    is read again as a first line is: alone, with the probe as its second view in place of its window, and that
+    reading is its label where it is not TALK. Why: the window then shows only the model's own TALK labels, and
+    the model goes on with them whatever the line says, strongly enough to outweigh its reading alone (blind
+    set 26's radiator: the four steps after a four-line aside labelled TALK, the model's steps on them dropped).
+    Heard only where the window read TALK: the reading can give back a step, never take one.
     """
     prefix, out, read = label_examples() + video_header(title), [], []
     for n, line in enumerate(texts, 1):
@@ -145,6 +153,13 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
+            if after_talk and opening_talk is not None and window is not None and len(out) >= window \
+                    and all(m["label"] == "TALK" for m in out[-window:]) and labelled(probs)["label"] == "TALK":
+                seen = sigmoid(float(opening_talk(line)))
+                as_first = with_talk(read_alone, talk_of_two(float(read_alone[-1]), seen))
+                mark["after_talk_probe"] = round(seen, 3)
+                if labelled(as_first)["label"] != "TALK":
+                    probs = as_first
         out.append(labelled(probs) | mark)
         read.append(probs)
     if back_to_step and alone and opening_talk is not None:
@@ -220,7 +235,8 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
 
 
 def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None,
-                          until_step: bool = False, back_to_step: bool = False) -> list[dict[str, Any]]:
+                          until_step: bool = False, back_to_step: bool = False,
+                          after_talk: bool = False) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -236,7 +252,7 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Calla
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
         return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step,
-                                  back_to_step=back_to_step)
+                                  back_to_step=back_to_step, after_talk=after_talk)
 
 
 def labels_schema(count: int) -> dict:
@@ -265,15 +281,16 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
 
 def label_lines(llm, title: str, texts: list[str], record_id: object = None,
                 opening_talk: Callable[[str], float] | None = None, until_step: bool = False,
-                back_to_step: bool = False) -> list[dict[str, Any]]:
+                back_to_step: bool = False, after_talk: bool = False) -> list[dict[str, Any]]:
     """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
     `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position, and with
     `until_step` each line's until one is not TALK, with `back_to_step` each closing line's from the last
-    back until one stays a step (in process only; labels_from_scores says why)."""
+    back until one stays a step, with `after_talk` each TALK line's after a window of TALK (in process only;
+    labels_from_scores says why)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step)
+        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step, after_talk)
     return _labels_by_reply(llm, title, texts, record_id)

@@ -294,3 +294,61 @@ def test_the_closing_walk_never_makes_a_line_a_surer_step_than_its_two_readings_
     assert "closing_probe" not in seen[-2]  # it stayed a step: the walk ended there
     probs = before[-1]["probs"]
     assert with_talk(probs, talk_of_two(probs[-1], seen[-1]["closing_probe"]))[0] > STEP_SURE  # heard both ways
+
+
+ASIDE = ["This reminds me of my first flat.", "The plumber charged me eighty quid for it.",
+         "I still think about that every winter.", "Anyway, he was nice about it."]
+STORY = r"\b(hi|welcome|reminds|plumber|winter|anyway)\b"
+
+
+def talk_sticks_after_talk_scorer(text: str) -> np.ndarray:
+    """A label pass that goes on with its own TALK labels: a line whose window shows three lines labelled TALK
+    reads as talk (P(TALK) 0.95) whatever it says; read alone, as a first line, it leans to talk (0.54); the
+    story is talk anywhere, and a step after a step is a step."""
+    shown = text.rsplit('Video: "', 1)[-1].split("\n")[1:]
+    if re.search(STORY, shown[-1], re.I):
+        return np.array([1.0, -1.0, 3.0])
+    earlier = shown[:-1]
+    if len(earlier) >= 3 and all(line.endswith("-> TALK") for line in earlier):
+        return np.array([1.0, -1.0, 4.0])
+    return np.array([1.0, -1.0, 1.3 if not earlier else -2.0])
+
+
+def story_words_say_talk(line: str) -> float:
+    return 3.0 if re.search(STORY, line, re.I) else -3.0
+
+
+def test_a_step_after_an_aside_as_long_as_the_window_is_a_step_when_read_as_a_first_line():
+    """After a four-line aside, the window shows only the model's own TALK labels and the steps said next are
+    labelled TALK (blind set 26's radiator: four steps dropped). With after_talk, a TALK line after a window of
+    TALK is read alone with the talk probe as its second view: the step after the aside is a step again, the
+    story's own lines stay talk, and one step given back lets the lines after it be read as before."""
+    lines = ["Hi everyone.", CLIP[0], *ASIDE, *CLIP[1:]]
+    before = labels_from_scores(talk_sticks_after_talk_scorer, "Fruit salad", lines,
+                                opening_talk=story_words_say_talk, until_step=True)
+    assert [m["label"] for m in before] == ["TALK", "STEP"] + ["TALK"] * 4 + ["TALK", "TALK"]  # the failure
+    seen = labels_from_scores(talk_sticks_after_talk_scorer, "Fruit salad", lines,
+                              opening_talk=story_words_say_talk, until_step=True, after_talk=True)
+    assert [m["label"] for m in seen] == ["TALK", "STEP"] + ["TALK"] * 4 + ["STEP", "STEP"]
+    assert seen[6]["after_talk_probe"] == pytest.approx(0.047, abs=1e-3)
+    assert seen[5]["after_talk_probe"] == pytest.approx(0.953, abs=1e-3)  # read again, still talk
+    assert "after_talk_probe" not in seen[7]  # its window holds a step: read as before
+    assert all("after_talk_probe" not in m for m in seen[:5])  # their windows hold a step or the opening
+
+
+def test_the_after_talk_reading_never_takes_a_step_away():
+    """A line its window and its reading alone call a step keeps its label even where the probe reads talk:
+    the reading is heard only where the window read TALK."""
+    def step_after_talk_scorer(text):
+        shown = text.rsplit('Video: "', 1)[-1].split("\n")[1:]
+        return np.array([1.0, -1.0, 3.0 if re.search(STORY, shown[-1], re.I) else -2.0])
+    lines = ["Hi everyone.", CLIP[0], *ASIDE, "Anyway, peel the orange."]
+    seen = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, opening_talk=story_words_say_talk,
+                              until_step=True, after_talk=True)
+    assert seen[-1]["label"] == "TALK"  # the story's word: talk in every reading
+    lines[-1] = "Peel the orange."
+    def orange_is_talk(line):
+        return 3.0 if "orange" in line else story_words_say_talk(line)
+    probe_says_talk = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, opening_talk=orange_is_talk,
+                                         until_step=True, after_talk=True)
+    assert probe_says_talk[-1]["label"] == "STEP" and "after_talk_probe" not in probe_says_talk[-1]
