@@ -185,8 +185,9 @@ class ExtractConfig(LLMConfig):
         "With --segmentation filtered or labels, a line labelled talk after a run of talk as long as the label "
         "window (an aside, a story) is read again as a first line is: alone, with the talk probe as its second "
         "view, and is a step where that reading says so. The 1.5B model goes on with its own talk labels after "
-        "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: not yet "
-        "measured on a blind set (evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
+        "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: on one "
+        "blind set it found one true step more and lost none (evaluation/showhowto/RESULTS.md). In process "
+        "only, and not with --talk-probe."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
