@@ -147,7 +147,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
         opening = n == 1 or (until_step and all(m["label"] == "TALK" for m in out))
         if alone and opening and opening_talk is not None:
             seen = sigmoid(float(opening_talk(line)))
-            probs = with_talk(probs, talk_of_two(float(probs[-1]), seen))
+            probs = heard_with(probs, seen)
             mark["probe"] = round(seen, 3)
         elif alone and n > 1:
             read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
@@ -156,7 +156,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             if after_talk and opening_talk is not None and window is not None and len(out) >= window \
                     and all(m["label"] == "TALK" for m in out[-window:]) and labelled(probs)["label"] == "TALK":
                 seen = sigmoid(float(opening_talk(line)))
-                as_first = with_talk(read_alone, talk_of_two(float(read_alone[-1]), seen))
+                as_first = heard_with(read_alone, seen)
                 mark["after_talk_probe"] = round(seen, 3)
                 if labelled(as_first)["label"] != "TALK":
                     probs = as_first
@@ -183,8 +183,8 @@ def read_closing(marks: list[dict[str, Any]], read: list[Sequence[float]], texts
         if "probe" in mark:
             return
         seen = sigmoid(float(closing_talk(texts[n])))
-        talk = talk_of_two(float(read[n][-1]), seen) if seen > 0.5 else float(read[n][-1])
-        marks[n] = mark | labelled(with_talk(read[n], talk)) | {"closing_probe": round(seen, 3)}
+        heard = heard_with(read[n], seen) if seen > 0.5 else read[n]
+        marks[n] = mark | labelled(heard) | {"closing_probe": round(seen, 3)}
         if marks[n]["label"] != "TALK":
             return
 
@@ -218,7 +218,13 @@ def both_readings(in_window: Sequence[float], alone: Sequence[float]) -> list[fl
     """P(STEP, MORE, TALK) of a line read in its window and alone: TALK against not-TALK by the sum of
     both readings' log-odds (two views of one line, each read as evidence, as naive Bayes does with
     independent ones), then STEP against MORE as the window reads them (alone, no step is above)."""
-    return with_talk(in_window, talk_of_two(float(in_window[-1]), float(alone[-1])))
+    return heard_with(in_window, float(alone[-1]))
+
+
+def heard_with(probs: Sequence[float], talk: float) -> list[float]:
+    """`probs` (P(STEP, MORE, TALK)) with a second view's P(TALK) `talk` summed in (talk_of_two); STEP against
+    MORE as `probs` reads them: the line alone, the talk probe."""
+    return with_talk(probs, talk_of_two(float(probs[-1]), talk))
 
 
 def talk_of_two(first: float, second: float) -> float:

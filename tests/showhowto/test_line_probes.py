@@ -208,8 +208,7 @@ def test_the_stage_reads_a_chunks_first_line_with_the_talk_probe_unless_it_reads
     assert config.opening_talk("Rinse the apple under cold water and pat it dry.") < 0
 
 
-@pytest.mark.parametrize("opening, closing, after_talk", [(*pair, on) for pair, on in
-                                                          zip(zip(es.OPENINGS, es.CLOSINGS[::-1]), (True, False))])
+@pytest.mark.parametrize("opening, closing, after_talk", list(zip(es.OPENINGS, es.CLOSINGS[::-1], (True, False))))
 def test_the_stage_asks_the_label_pass_to_read_the_opening_and_closing_as_told_and_says_so(opening, closing,
                                                                                          after_talk, monkeypatch):
     """--opening until-step has the talk probe read each opening line until a step, --closing back-to-step
