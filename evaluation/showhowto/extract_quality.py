@@ -271,8 +271,28 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
     return rows, cooker
 
 
+# vi extract-steps' options a run can set (each a flag here, its help and spelling the stage's own); those left
+# out keep the stage's defaults
+STAGE_OPTIONS = ("talk_probe", "start_probe", "drop_remarks", "drop_previews", "opening", "closing", "after_talk",
+                 "after_more")
+
+
+def add_stage_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per STAGE_OPTIONS field of ExtractConfig, built from the field: a bool as --x / --no-x."""
+    from vi.core.config import cli_fields
+    from vi.pipelines.showhowto.extract_steps import ExtractConfig
+
+    fields = {f.name: f for f in cli_fields(ExtractConfig)}
+    for name in STAGE_OPTIONS:
+        field = fields[name]
+        flag = field.metadata.get("flag") or "--" + name.replace("_", "-")
+        what = f"vi extract-steps {flag} (default: the stage's own, {field.default}). " + field.metadata["help"]
+        parser.add_argument(flag, dest=name, help=what.replace("%", "%%"),
+                            action=argparse.BooleanOptionalAction if isinstance(field.default, bool) else "store")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    from vi.pipelines.showhowto.extract_steps import CLOSINGS, OPENINGS, SEGMENTATIONS
+    from vi.pipelines.showhowto.extract_steps import SEGMENTATIONS
 
     parser = argparse.ArgumentParser(prog="python -m vi.evaluation.showhowto.extract_quality",
                                      description=__doc__.split("\n\n")[0])
@@ -291,36 +311,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "by line are printed beside this run's")
     parser.add_argument("--segmentation", choices=SEGMENTATIONS, default="filtered",
                         help="vi extract-steps --segmentation (default: the stage's own, filtered)")
-    for kind, what in (("talk", "whether it is talk"), ("start", "whether it starts a step")):
-        parser.add_argument(f"--{kind}-probe", action=argparse.BooleanOptionalAction, help=(
-            f"vi extract-steps --{kind}-probe / --no-{kind}-probe: the {kind} probe reads each line for {what} "
-            "beside the label pass (default: the stage's own)"))
-    parser.add_argument("--drop-remarks", action=argparse.BooleanOptionalAction, help=(
-        "vi extract-steps --drop-remarks / --no-drop-remarks: each written step's text is scored as an action "
-        "against as a remark (default: the stage's own)"))
-    parser.add_argument("--drop-previews", action=argparse.BooleanOptionalAction, help=(
-        "vi extract-steps --drop-previews / --no-drop-previews: a step said on a line that lists the steps "
-        "ahead or recaps those done is dropped (default: the stage's own)"))
-    parser.add_argument("--opening", choices=OPENINGS, help=(
-        "vi extract-steps --opening: which opening lines the talk probe reads beside the label pass "
-        "(default: the stage's own)"))
-    parser.add_argument("--closing", choices=CLOSINGS, help=(
-        "vi extract-steps --closing: whether the talk probe reads the closing lines beside the label pass "
-        "(default: the stage's own)"))
-    parser.add_argument("--after-talk", action=argparse.BooleanOptionalAction, help=(
-        "vi extract-steps --after-talk: a line labelled talk after a window of talk is read again as a first "
-        "line, with the talk probe (default: the stage's own)"))
+    add_stage_options(parser)
     parser.add_argument("--after-filter", action="store_true", help="each transcript goes through "
                         "vi filter-instructional first (same LLM), as in the pipelines: one it labels "
                         "not instructional gets no steps")
     args = parser.parse_args(argv)
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
-    probes = {kind: on for kind, on in (("talk_probe", args.talk_probe), ("start_probe", args.start_probe),
-                                        ("drop_remarks", args.drop_remarks), ("drop_previews", args.drop_previews),
-                                        ("opening", args.opening), ("closing", args.closing),
-                                        ("after_talk", args.after_talk))
-              if on is not None}  # those named; the rest the stage's defaults
+    probes = {name: getattr(args, name) for name in STAGE_OPTIONS
+              if getattr(args, name) is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,

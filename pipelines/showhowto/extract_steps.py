@@ -188,6 +188,12 @@ class ExtractConfig(LLMConfig):
         "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: on one "
         "blind set it found one true step more and lost none (evaluation/showhowto/RESULTS.md). In process "
         "only, and not with --talk-probe."))
+    after_more: bool = option(False, help=(  # narration_labels.labels_from_scores says why
+        "With --segmentation filtered or labels, a line labelled as going on with the step above after a run of "
+        "such lines as long as the label window is read again as a first line is: alone, with the talk probe as "
+        "its second view, and starts a step or is talk where that reading says so. The 1.5B model goes on with "
+        "its own labels through new steps and asides alike, and the steps said there merge into one "
+        "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
@@ -522,7 +528,7 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
                         opening_talk=config.opening_talk if config.reads_opening else None,
                         until_step=config.opening == "until-step",
                         back_to_step=config.closing == "back-to-step" and chunk is plan.chunks[-1],
-                        after_talk=config.after_talk)
+                        after_talk=config.after_talk, after_more=config.after_more)
     if config.line_probes and read_by_likelihood(shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)
@@ -638,6 +644,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         method["opening"] = config.opening if method["opening_probe"] else None
         method["closing"] = config.closing if method["opening_probe"] else None
         method["after_talk"] = config.after_talk if method["opening_probe"] else None
+        method["after_more"] = config.after_more if method["opening_probe"] else None
     return {"steps": {"title": next((t for t in titles if t), plan.title), "items": items,
                       "model": config.llm, "segmentation": config.segmentation, **method,
                       "chunks": len(plan.chunks), "repairs": repairs, **extra}}
@@ -746,8 +753,7 @@ EXTRACT_STEPS = RecordStage(
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
            "grounding, remarks, previews, talk_probe, start_probe, opening_probe, opening, closing, after_talk, "
-           "chunks, repairs, line_labels}: each step's first and last "
-           "transcript line, where "
+           "after_more, chunks, repairs, line_labels}: each step's first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "

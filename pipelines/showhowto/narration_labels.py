@@ -78,7 +78,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
                        alone: bool = True, opening_talk: Callable[[str], float] | None = None,
                        until_step: bool = False, back_to_step: bool = False,
-                       after_talk: bool = False) -> list[dict[str, Any]]:
+                       after_talk: bool = False, after_more: bool = False) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -134,8 +134,16 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     the model goes on with them whatever the line says, strongly enough to outweigh its reading alone (blind
     set 26's radiator: the four steps after a four-line aside labelled TALK, the model's steps on them dropped).
     Heard only where the window read TALK: the reading can give back a step, never take one.
+
+    With `after_more`, the same for MORE: a line labelled MORE whose window is all MORE is read again as a first
+    line, and that reading is its label where it is not MORE (a step of its own, or talk). Why: the window then
+    shows only MORE, and the model goes on with it through new steps and asides alike (blind set 27's lemon curd:
+    lines 10-25 all MORE, a five-line story and four steps among them, so the steps the model had written on
+    those lines were folded into one as copies of MORE lines). A step's fifth line and on is read as a first
+    line: a long step's detail can be split off as a step (RESULTS, twenty-eighth pass).
     """
     prefix, out, read = label_examples() + video_header(title), [], []
+    sticky = {label for label, on in (("TALK", after_talk), ("MORE", after_more)) if on}  # read again after a run
     for n, line in enumerate(texts, 1):
         first = 1 if window is None else max(1, n - window)
         context = prefix + "".join(f"[{m}] {texts[m - 1]} -> {out[m - 1]['label']}\n" for m in range(first, n))
@@ -153,12 +161,13 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             read_alone = softmax(score(prefix + f"[{n}] {line} ->"))
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
-            if after_talk and opening_talk is not None and window is not None and len(out) >= window \
-                    and all(m["label"] == "TALK" for m in out[-window:]) and labelled(probs)["label"] == "TALK":
+            label = labelled(probs)["label"]
+            if label in sticky and opening_talk is not None and window is not None and len(out) >= window \
+                    and all(m["label"] == label for m in out[-window:]):
                 seen = sigmoid(float(opening_talk(line)))
                 as_first = heard_with(read_alone, seen)
-                mark["after_talk_probe"] = round(seen, 3)
-                if labelled(as_first)["label"] != "TALK":
+                mark[f"after_{label.lower()}_probe"] = round(seen, 3)
+                if labelled(as_first)["label"] != label:
                     probs = as_first
         out.append(labelled(probs) | mark)
         read.append(probs)
@@ -242,7 +251,7 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
 
 def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None,
                           until_step: bool = False, back_to_step: bool = False,
-                          after_talk: bool = False) -> list[dict[str, Any]]:
+                          after_talk: bool = False, after_more: bool = False) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -258,7 +267,7 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Calla
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
         return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step,
-                                  back_to_step=back_to_step, after_talk=after_talk)
+                                  back_to_step=back_to_step, after_talk=after_talk, after_more=after_more)
 
 
 def labels_schema(count: int) -> dict:
@@ -287,16 +296,18 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
 
 def label_lines(llm, title: str, texts: list[str], record_id: object = None,
                 opening_talk: Callable[[str], float] | None = None, until_step: bool = False,
-                back_to_step: bool = False, after_talk: bool = False) -> list[dict[str, Any]]:
+                back_to_step: bool = False, after_talk: bool = False, after_more: bool = False
+                ) -> list[dict[str, Any]]:
     """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
     `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position, and with
     `until_step` each line's until one is not TALK, with `back_to_step` each closing line's from the last
-    back until one stays a step, with `after_talk` each TALK line's after a window of TALK (in process only;
-    labels_from_scores says why)."""
+    back until one stays a step, with `after_talk` (`after_more`) each TALK (MORE) line's after a window of
+    TALK (MORE) (in process only; labels_from_scores says why)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step, after_talk)
+        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step, after_talk,
+                                     after_more)
     return _labels_by_reply(llm, title, texts, record_id)

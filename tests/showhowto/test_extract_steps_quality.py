@@ -599,3 +599,20 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert remark in [s["text"] for s in kept["items"]] and kept["remarks"] is None
     unscored = extract(CopyingLLM(truth_labels(record), steps_for), drop_remarks=True)
     assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
+
+
+def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
+    """Each stage option the quality script passes through is a flag built from ExtractConfig's field (its
+    spelling, help and default said once, there); one left out keeps the stage's default (None here)."""
+    import argparse
+    import dataclasses
+
+    parser = argparse.ArgumentParser()
+    eq.add_stage_options(parser)
+    args = parser.parse_args(["--after-more", "--no-drop-remarks", "--opening", "first-line"])
+    assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
+        "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
+        "opening": "first-line", "closing": None, "after_talk": None, "after_more": True}
+    helps = {action.dest: action.help for action in parser._actions}
+    field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
+    assert helps["after_more"].endswith(field.metadata["help"])

@@ -208,11 +208,14 @@ def test_the_stage_reads_a_chunks_first_line_with_the_talk_probe_unless_it_reads
     assert config.opening_talk("Rinse the apple under cold water and pat it dry.") < 0
 
 
-@pytest.mark.parametrize("opening, closing, after_talk", list(zip(es.OPENINGS, es.CLOSINGS[::-1], (True, False))))
+@pytest.mark.parametrize("opening, closing, after_talk, after_more",
+                         list(zip(es.OPENINGS, es.CLOSINGS[::-1], (True, False), (False, True))))
 def test_the_stage_asks_the_label_pass_to_read_the_opening_and_closing_as_told_and_says_so(opening, closing,
-                                                                                         after_talk, monkeypatch):
+                                                                                         after_talk, after_more,
+                                                                                         monkeypatch):
     """--opening until-step has the talk probe read each opening line until a step, --closing back-to-step
-    each closing line back to the last step, --after-talk each talk line after a window of talk
+    each closing line back to the last step, --after-talk (--after-more) each talk (more) line after a
+    window of talk (more)
     (narration_labels.labels_from_scores says why); the record names
     the choices beside the probe's embedder; an unknown one is refused before any record."""
     record = TRANSCRIPTS["bike_tyre"]
@@ -222,15 +225,16 @@ def test_the_stage_asks_the_label_pass_to_read_the_opening_and_closing_as_told_a
     use_llm(CopyingLLM(truth, steps_for=lambda lines: steps), monkeypatch)
     asked = []
     monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id, opening_talk=None, until_step=False,
-                        back_to_step=False, after_talk=False:
-                        asked.append((opening_talk is not None, until_step, back_to_step, after_talk))
+                        back_to_step=False, after_talk=False, after_more=False:
+                        asked.append((opening_talk is not None, until_step, back_to_step, after_talk, after_more))
                         or fake_marks(truth))
     monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", opening=opening,
-                                              closing=closing, after_talk=after_talk))["steps"]
-    assert asked == [(True, opening == "until-step", closing == "back-to-step", after_talk)]
-    assert (out["opening_probe"], out["opening"], out["closing"], out["after_talk"]) == \
-        ("minilm-l6", opening, closing, after_talk)
+                                              closing=closing, after_talk=after_talk,
+                                              after_more=after_more))["steps"]
+    assert asked == [(True, opening == "until-step", closing == "back-to-step", after_talk, after_more)]
+    assert (out["opening_probe"], out["opening"], out["closing"], out["after_talk"], out["after_more"]) == \
+        ("minilm-l6", opening, closing, after_talk, after_more)
     with pytest.raises(ValueError, match="--opening must be one of first-line, until-step, got 'greeting'"):
         es.ExtractConfig(llm="smollm2-135m", opening="greeting")
     with pytest.raises(ValueError, match="--closing must be one of none, back-to-step, got 'outro'"):

@@ -11,7 +11,8 @@ import pytest
 
 from vi.pipelines.showhowto import step_grounding as sg
 from vi.pipelines.showhowto.extract_steps import STEP_SURE
-from vi.pipelines.showhowto.narration_labels import LABELS, both_readings, labels_from_scores, talk_of_two, with_talk
+from vi.pipelines.showhowto.narration_labels import (LABELS, both_readings, labels_from_scores, step_runs, talk_of_two,
+                                                     with_talk)
 from tests.showhowto.grounding_fakes import words_embedder
 
 LINES = [
@@ -352,3 +353,40 @@ def test_the_after_talk_reading_never_takes_a_step_away():
     probe_says_talk = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, opening_talk=orange_is_talk,
                                          until_step=True, after_talk=True)
     assert probe_says_talk[-1]["label"] == "STEP" and "after_talk_probe" not in probe_says_talk[-1]
+
+
+def more_sticks_after_more_scorer(text: str) -> np.ndarray:
+    """A label pass that goes on with its own MORE labels: a line whose window shows three lines labelled MORE
+    reads as MORE (P 0.96) whatever it says. Otherwise the story is talk (read in a window, it leans to MORE), a
+    line about "it" goes on with the step above (alone too), and an action starts a step (read alone, as a first
+    line, it leans to talk, 0.54)."""
+    shown = text.rsplit('Video: "', 1)[-1].split("\n")[1:]
+    line, earlier = shown[-1], shown[:-1]
+    if len(earlier) >= 3 and all(seen.endswith("-> MORE") for seen in earlier):
+        return np.array([0.0, 4.0, 0.0])
+    if re.search(STORY, line, re.I):
+        return np.array([0.0, 1.0, 0.5]) if earlier else np.array([-1.0, -1.0, 3.0])
+    if re.search(r"\bit\b", line):
+        return np.array([0.0, 2.0, -1.0])
+    return np.array([2.0, 0.0, -1.0]) if earlier else np.array([1.0, -1.0, 1.3])
+
+
+def test_a_new_step_after_a_window_of_more_is_a_step_and_an_aside_talk_when_read_as_a_first_line():
+    """After a step's four lines, the window shows only the model's own MORE labels, and the next step, an aside
+    and the step after it all go on with the first (blind set 27's lemon curd: lines 10-25 MORE, one step made of
+    four and a story). With after_more, a MORE line after a window of MORE is read alone with the talk probe as
+    its second view: the new step starts a step, and the lines after it are read as before (the aside talk, the
+    step after it a step); a detail line that reads MORE alone too stays MORE."""
+    lines = ["Hi everyone.", "Rinse the apple under the tap.", "Rub it dry with a towel.",
+             "Get every bit of wax off it.", "Then give it a shine.", "Check it all over once more.",
+             "Peel the orange.", *ASIDE, "Cut the fruit into a bowl."]
+    before = labels_from_scores(more_sticks_after_more_scorer, "Fruit salad", lines,
+                                opening_talk=story_words_say_talk, until_step=True, after_talk=True)
+    assert [m["label"] for m in before] == ["TALK", "STEP"] + ["MORE"] * 10  # the failure: one step
+    seen = labels_from_scores(more_sticks_after_more_scorer, "Fruit salad", lines,
+                              opening_talk=story_words_say_talk, until_step=True, after_more=True)
+    assert [m["label"] for m in seen] == ["TALK", "STEP"] + ["MORE"] * 4 + ["STEP"] + ["TALK"] * 4 + ["STEP"]
+    assert step_runs([m["label"] for m in seen]) == [(1, 5), (6, 6), (11, 11)]
+    assert seen[6]["after_more_probe"] == pytest.approx(0.047, abs=1e-3)
+    assert seen[5]["after_more_probe"] == pytest.approx(0.047, abs=1e-3)  # read again: MORE alone too, kept
+    assert all("after_more_probe" not in m for m in seen[:5] + seen[7:])  # their windows hold another label
