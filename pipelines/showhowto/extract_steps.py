@@ -185,15 +185,17 @@ class ExtractConfig(LLMConfig):
         "With --segmentation filtered or labels, a line labelled talk after a run of talk as long as the label "
         "window (an aside, a story) is read again as a first line is: alone, with the talk probe as its second "
         "view, and is a step where that reading says so. The 1.5B model goes on with its own talk labels after "
-        "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: on one "
-        "blind set it found one true step more and lost none (evaluation/showhowto/RESULTS.md). In process "
+        "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: on one blind "
+        "set it found one true step more and lost none, and with --after-more on another one more "
+        "(evaluation/showhowto/RESULTS.md). In process "
         "only, and not with --talk-probe."))
     after_more: bool = option(False, help=(  # narration_labels.labels_from_scores says why
         "With --segmentation filtered or labels, a line labelled as going on with the step above after a run of "
         "such lines as long as the label window is read again as a first line is: alone, with the talk probe as "
         "its second view, and starts a step or is talk where that reading says so. The 1.5B model goes on with "
-        "its own labels through new steps and asides alike, and the steps said there merge into one "
-        "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
+        "its own labels through new steps and asides alike, and the steps said there merge into one. Off by "
+        "default: with --after-talk, on a blind set it found one true step more (two were needed) and wrote "
+        "12 steps fewer (evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
