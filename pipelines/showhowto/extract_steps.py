@@ -196,6 +196,12 @@ class ExtractConfig(LLMConfig):
         "its own labels through new steps and asides alike, and the steps said there merge into one. Off by "
         "default: with --after-talk, on a blind set it found one true step more (two were needed) and wrote "
         "12 steps fewer (evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
+    ask_rest: bool = option(False, help=(  # steps_after_cap says why
+        "With --segmentation filtered or model, where the model's reply holds the most steps it may (15 a chunk) "
+        "and its last step is cited before the chunk's last line, the lines after it are asked for again, alone, "
+        "until a reply is not full. A model that lists the narration line by line reaches the cap halfway "
+        "through a long narration, and the steps said after it are otherwise written by nobody (the cap is said "
+        "in repairs either way; evaluation/showhowto/RESULTS.md)."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
@@ -464,14 +470,42 @@ def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: 
                   shown: list[dict] | None = None, notes: list[str] | None = None) -> tuple[str, list[Any]]:
     """The model's steps for the chunk (`extract_steps.txt`), only those that start in the chunk's
     core. With --grounding said (and the chunk's labels, `shown`) each step's lines are where its
-    words are said (ground_chunk), and what moved is said in `notes`; otherwise its citation."""
+    words are said (ground_chunk), and what moved is said in `notes`; otherwise its citation. A reply
+    that holds MAX_STEPS steps and cites none of the chunk's later lines is said in `notes`, and with
+    --ask-rest those lines are asked for again (steps_after_cap)."""
+    notes = notes if notes is not None else []
+    chunk_title, steps = steps_after_cap(plan, config, chunk, first, seed, notes)
+    if config.grounds_by_text and shown is not None:
+        steps = ground_chunk(config, chunk, first, steps, shown, notes, plan.names)
+    return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
+
+
+def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, seed: int,
+                    notes: list[str]) -> tuple[str, list[Any]]:
+    """The model's steps for the chunk as cited. The reply's schema holds at most MAX_STEPS steps, and a model
+    that lists the narration line by line reaches it halfway through a 30-line chunk (blind sets 27 and 28: the
+    lemon curd's and the door's steps end on lines 14 and 18 of 28 and 32), so the steps said after its last
+    cited line are written by nobody. Where a reply is full and lines are left after its last citation, that is
+    said in `notes`, and with --ask-rest those lines are asked for alone, as a chunk of their own, until a reply
+    is not full or no line is left (each reply cites only later lines, so this ends)."""
     messages = config.template.render(title=plan.title, transcript="\n".join(numbered_lines(chunk.segments, first)))
     reply = plan.llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
                           max_tokens=config.max_new_tokens, seed=seed)
     chunk_title, steps = parse_reply(reply.text, plan.record_id)
-    if config.grounds_by_text and shown is not None:
-        steps = ground_chunk(config, chunk, first, steps, shown, notes if notes is not None else [], plan.names)
-    return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
+    cited = [n for s in steps if isinstance(s, dict)
+             for n in (line_number(s.get("first_line")), line_number(s.get("last_line"))) if n is not None]
+    end = first + len(chunk.segments) - 1
+    if len(steps) < MAX_STEPS or not cited or max(cited) >= end:
+        return chunk_title, steps
+    last = max(cited)
+    full = f"the model's reply holds {MAX_STEPS} steps, the most it may, the last on {plan.names(last, last)}"
+    if not config.ask_rest:
+        notes.append(f"{full}: {plan.names(last + 1, end)} got no step from it (--ask-rest asks again)")
+        return chunk_title, steps
+    rest = Chunk(chunk.core_start, chunk.core_end, chunk.segments[last + 1 - first:])
+    _, more = steps_after_cap(plan, config, rest, last + 1, seed, notes)
+    notes.append(f"{full}: asked again for {plan.names(last + 1, end)}, {len(more)} steps")
+    return chunk_title, steps + more
 
 
 def step_probability(mark: dict) -> float:
@@ -638,6 +672,8 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
     previews = "dropped" if config.drop_previews else "kept"
     method = {"grounding": config.grounding, "remarks": remarks, "previews": previews} \
         if config.segmentation == "filtered" else {}
+    if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
+        method["ask_rest"] = config.ask_rest
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
         scored = read_by_likelihood(labels.values())  # a server's labels: no probe read them
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
@@ -657,12 +693,13 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
 def model_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
     """--segmentation model: the model's citations, moved onto the lines their words come from
     (snap_to_lines) and checked; no label pass."""
-    titles, raw = [], []
+    titles, raw, notes = [], [], []
     for _, chunk, first, seed in plan.each_chunk(config.seed):
-        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed)
+        chunk_title, steps = ask_for_steps(plan, config, chunk, first, seed, notes=notes)
         titles.append(chunk_title)
         raw += steps
     cited, repairs = cited_steps(raw, len(plan.segments), plan.texts, plan.names)
+    repairs[:0] = notes
     return steps_output(record, config, plan, titles, cited, repairs, {})
 
 
@@ -754,8 +791,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, talk_probe, start_probe, opening_probe, opening, closing, after_talk, "
-           "after_more, chunks, repairs, line_labels}: each step's first and last transcript line, where "
+           "grounding, remarks, previews, ask_rest, talk_probe, start_probe, opening_probe, opening, closing, "
+           "after_talk, after_more, chunks, repairs, line_labels}: each step's first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "

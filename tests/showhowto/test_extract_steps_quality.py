@@ -612,7 +612,48 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     args = parser.parse_args(["--after-more", "--no-drop-remarks", "--opening", "first-line"])
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
-        "opening": "first-line", "closing": None, "after_talk": None, "after_more": True}
+        "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
+
+
+class ListingLLM(CitingLLM):
+    """A stand-in for the 1.5B model where it lists the narration: each line it is shown copied as a step citing
+    it, until the schema's cap (MAX_STEPS); `asked` keeps the line numbers each request showed."""
+
+    def __init__(self):
+        super().__init__({})
+        self.asked = []
+
+    def chat(self, messages, schema=None, max_tokens=0, temperature=0.0, seed=0):
+        shown = [line.split("] ", 1) for line in messages[-1]["content"].splitlines() if line.startswith("[")]
+        self.asked.append([int(n[1:]) for n, _ in shown])
+        steps = [{"first_line": int(n[1:]), "last_line": int(n[1:]), "text": text} for n, text in shown]
+        return ChatReply(json.dumps({"title": "How to Fix a Flat",
+                                     "steps": steps[:schema["properties"]["steps"]["maxItems"]]}), 0, 0, "stop")
+
+
+@pytest.mark.parametrize("ask_rest", [False, True])
+def test_a_reply_cut_at_the_step_cap_says_so_and_with_ask_rest_the_lines_after_it_are_asked_for(ask_rest,
+                                                                                              monkeypatch):
+    """A model that lists the narration line by line fills the reply's MAX_STEPS steps halfway through a long
+    narration (blind sets 27 and 28: the steps after line 14 or 18 written by nobody). The cap is said in repairs;
+    with --ask-rest the lines after the last cited one are asked for alone, until a reply is not full."""
+    record = TRANSCRIPTS["bike_tyre"]  # 20 lines, more than the cap
+    llm = ListingLLM()
+    monkeypatch.setattr(es.ExtractConfig, "load_llm", lambda self: llm)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", segmentation="model",
+                                                ask_rest=ask_rest))["steps"]
+    cap = es.MAX_STEPS
+    said = [line for item in steps["items"] for line in item["lines"]]
+    assert steps["ask_rest"] is ask_rest
+    if not ask_rest:
+        assert llm.asked == [list(range(1, 21))] and max(said) == cap - 1  # 0-based: segment 14 is line 15
+        assert steps["repairs"][0] == (f"the model's reply holds {cap} steps, the most it may, the last on segment "
+                                       f"{cap - 1}: segments {cap}-19 got no step from it (--ask-rest asks again)")
+        return
+    assert llm.asked == [list(range(1, 21)), list(range(cap + 1, 21))]  # the lines after the last cited one, alone
+    assert max(said) == 19 and len(steps["items"]) > cap
+    assert steps["repairs"][0] == (f"the model's reply holds {cap} steps, the most it may, the last on segment "
+                                   f"{cap - 1}: asked again for segments {cap}-19, 5 steps")
