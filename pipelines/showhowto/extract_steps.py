@@ -484,8 +484,8 @@ def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first
                     notes: list[str]) -> tuple[str, list[Any]]:
     """The model's steps for the chunk as cited. The reply's schema holds at most MAX_STEPS steps, and a model
     that lists the narration line by line reaches it halfway through a 30-line chunk (blind sets 27 and 28: the
-    lemon curd's and the door's steps end on lines 14 and 18 of 28 and 32), so the steps said after its last
-    cited line are written by nobody. Where a reply is full and lines are left after its last citation, that is
+    lemon curd's and the door's last steps cite segments 14 and 20 of 28 and 32), so the steps said after its
+    last cited line are written by nobody. Where a reply is full and lines are left after its last citation, that is
     said in `notes`, and with --ask-rest those lines are asked for alone, as a chunk of their own, until a reply
     is not full or no line is left (each reply cites only later lines, so this ends)."""
     messages = config.template.render(title=plan.title, transcript="\n".join(numbered_lines(chunk.segments, first)))
@@ -495,7 +495,7 @@ def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first
     cited = [n for s in steps if isinstance(s, dict)
              for n in (line_number(s.get("first_line")), line_number(s.get("last_line"))) if n is not None]
     end = first + len(chunk.segments) - 1
-    if len(steps) < MAX_STEPS or not cited or max(cited) >= end:
+    if len(steps) < MAX_STEPS or not cited or not first <= max(cited) < end:  # not full, or nothing left after it
         return chunk_title, steps
     last = max(cited)
     full = f"the model's reply holds {MAX_STEPS} steps, the most it may, the last on {plan.names(last, last)}"
