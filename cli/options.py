@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from vi.core.config import MISSING, cli_fields
+from vi.core.config import MISSING, cli_fields, long_flag
 
 ALIAS_PREFIX = "alias__"  # the hidden parameters that carry an option's old spelling
 _OWN_KEYS = ("help", "panel", "flag", "short", "hidden_aliases", "argument", "cli", "parse", "cli_type",
@@ -38,9 +38,9 @@ def _cli_type(hint: Any) -> Any:
 
 
 def _flags(field: dataclasses.Field, hint: Any) -> list[str]:
-    meta = field.metadata
-    dashed = "--" + field.name.replace("_", "-")
-    flag = meta.get("flag") or (f"{dashed}/--no-{dashed[2:]}" if hint is bool else dashed)
+    meta, flag = field.metadata, long_flag(field)
+    if hint is bool and not meta.get("flag"):
+        flag = f"{flag}/--no-{flag[2:]}"
     return [flag, *([meta["short"]] if meta.get("short") else [])]
 
 

@@ -56,6 +56,12 @@ def cli_fields(config: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(config) if f.init and f.metadata.get("cli", True)]
 
 
+def long_flag(field: dataclasses.Field) -> str:
+    """A field's option as spelled on the command line: its `flag`, else `--` + its name with dashes (a bool
+    whose flag is not given gets `--no-` + that name beside it: vi.cli.options)."""
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
 def defaults(config: type) -> dict[str, Any]:
     """Each option's declared default, by field name (fields without a default left out)."""
     out = {}

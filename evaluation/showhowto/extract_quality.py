@@ -279,13 +279,13 @@ STAGE_OPTIONS = ("talk_probe", "start_probe", "drop_remarks", "drop_previews", "
 
 def add_stage_options(parser: argparse.ArgumentParser) -> None:
     """One flag per STAGE_OPTIONS field of ExtractConfig, built from the field: a bool as --x / --no-x."""
-    from vi.core.config import cli_fields
+    from vi.core.config import cli_fields, long_flag
     from vi.pipelines.showhowto.extract_steps import ExtractConfig
 
     fields = {f.name: f for f in cli_fields(ExtractConfig)}
     for name in STAGE_OPTIONS:
         field = fields[name]
-        flag = field.metadata.get("flag") or "--" + name.replace("_", "-")
+        flag = long_flag(field).split("/")[0]  # a bool's own "--x/--no-x": argparse's action adds the --no-
         what = f"vi extract-steps {flag} (default: the stage's own, {field.default}). " + field.metadata["help"]
         parser.add_argument(flag, dest=name, help=what.replace("%", "%%"),
                             action=argparse.BooleanOptionalAction if isinstance(field.default, bool) else "store")
@@ -318,15 +318,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     records = [r | {"source": path.name} for path in args.data or [DATA] for r in load_transcripts(path)
                if args.only in (None, r["truth"]["use"]) and (not args.id or r["id"] in args.id)]
-    probes = {name: getattr(args, name) for name in STAGE_OPTIONS
-              if getattr(args, name) is not None}  # those named; the rest the stage's defaults
+    options = {name: getattr(args, name) for name in STAGE_OPTIONS
+               if getattr(args, name) is not None}  # those named; the rest the stage's defaults
     for llm in args.llm or [DEFAULT_LLM, SMALL_LLM]:
         rows, cooker = evaluate(llm, records, with_cooker=not args.no_cooker, after_filter=args.after_filter,
                                 progress=args.save.with_suffix(".rows.jsonl") if args.save else None,
-                                segmentation=args.segmentation, **probes)
+                                segmentation=args.segmentation, **options)
         print(report(f"{llm}, --segmentation {args.segmentation}" + "".join(
                          f", --{kind} {on}" if isinstance(on, str)
-                         else f", --{'' if on else 'no-'}{kind.replace('_', '-')}" for kind, on in probes.items())
+                         else f", --{'' if on else 'no-'}{kind.replace('_', '-')}" for kind, on in options.items())
                      + (", after vi filter-instructional" if args.after_filter else ""), rows, cooker), flush=True)
         if args.verbose:
             for r in rows:
