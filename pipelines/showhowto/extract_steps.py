@@ -187,8 +187,7 @@ class ExtractConfig(LLMConfig):
         "view, and is a step where that reading says so. The 1.5B model goes on with its own talk labels after "
         "an aside whatever the line says, and the steps said there are dropped as talk. Off by default: on one blind "
         "set it found one true step more and lost none, and with --after-more on another one more "
-        "(evaluation/showhowto/RESULTS.md). In process "
-        "only, and not with --talk-probe."))
+        "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe."))
     after_more: bool = option(False, help=(  # narration_labels.labels_from_scores says why
         "With --segmentation filtered or labels, a line labelled as going on with the step above after a run of "
         "such lines as long as the label window is read again as a first line is: alone, with the talk probe as "

@@ -638,7 +638,7 @@ class ListingLLM(CitingLLM):
 def test_a_reply_cut_at_the_step_cap_says_so_and_with_ask_rest_the_lines_after_it_are_asked_for(ask_rest,
                                                                                               monkeypatch):
     """A model that lists the narration line by line fills the reply's MAX_STEPS steps halfway through a long
-    narration (blind sets 27 and 28: the steps after line 14 or 18 written by nobody). The cap is said in repairs;
+    narration (blind sets 27 and 28: the steps after segments 14 and 20 written by nobody). The cap is said in repairs;
     with --ask-rest the lines after the last cited one are asked for alone, until a reply is not full."""
     record = TRANSCRIPTS["bike_tyre"]  # 20 lines, more than the cap
     llm = ListingLLM()
