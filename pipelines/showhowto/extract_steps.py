@@ -67,7 +67,7 @@ from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segments, transcript_segments
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
-from vi.pipelines.showhowto.narration_labels import label_lines, read_by_likelihood, step_runs
+from vi.pipelines.showhowto.narration_labels import Rereading, label_lines, read_by_likelihood, step_runs
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
                                                    drop_talk, fold_copies, line_number)
@@ -285,6 +285,15 @@ class ExtractConfig(LLMConfig):
     def opening_talk(self, text: str) -> float:
         """The talk probe's log-odds that `text`, a chunk's first line, is talk."""
         return float(self.probe_readings([text], ("talk",))["talk"][0][0])
+
+    def rereading(self, closing: bool) -> Rereading:
+        """The lines of a chunk the talk probe reads again beside the label pass (`closing`: the chunk ends the
+        video), from --opening, --closing, --after-talk and --after-more; none where it does not read openings."""
+        if not self.reads_opening:
+            return Rereading()
+        return Rereading(self.opening_talk, until_step=self.opening == "until-step",
+                         back_to_step=self.closing == "back-to-step" and closing,
+                         after_talk=self.after_talk, after_more=self.after_more)
 
     def probe_readings(self, texts: list[str], kinds: tuple[str, ...] | None = None
                        ) -> dict[str, tuple[list[float], float]]:
@@ -560,10 +569,7 @@ def label_chunk(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: in
     `labels`, by line number."""
     texts = [s.text for s in chunk.segments]
     shown = label_lines(plan.llm, plan.title, texts, plan.record_id,
-                        opening_talk=config.opening_talk if config.reads_opening else None,
-                        until_step=config.opening == "until-step",
-                        back_to_step=config.closing == "back-to-step" and chunk is plan.chunks[-1],
-                        after_talk=config.after_talk, after_more=config.after_more)
+                        reread=config.rereading(closing=chunk is plan.chunks[-1]))
     if config.line_probes and read_by_likelihood(shown):  # a server's labels are left as they are
         shown = with_probes(shown, **config.probe_readings(texts))
     labels |= {first + i: mark for i, mark in enumerate(shown)

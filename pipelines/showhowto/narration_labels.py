@@ -38,6 +38,7 @@ import math
 from functools import cache
 from importlib import resources
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vi.core.errors import RecordError
@@ -70,15 +71,34 @@ def step_runs(labels: list[str]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in runs]
 
 
+@dataclass(frozen=True)
+class Rereading:
+    """Which lines the label pass reads again with a reader blind to where the line stands (`probe(text)`: the
+    line's TALK log-odds, the talk probe of narration_probe.py), beside the model's readings in its window and
+    alone: the first line always, and where asked the rest of the opening (`until_step`), the video's closing
+    (`back_to_step`), and a line after a window of its own label (`after_talk`, `after_more`). Without a probe no
+    line is read again. labels_from_scores says why each."""
+    probe: Callable[[str], float] | None = None
+    until_step: bool = False
+    back_to_step: bool = False
+    after_talk: bool = False
+    after_more: bool = False
+
+    @property
+    def sticky(self) -> frozenset[str]:
+        """The labels after whose window a line is read again as a first line."""
+        if self.probe is None:
+            return frozenset()
+        return frozenset(label for label, on in (("TALK", self.after_talk), ("MORE", self.after_more)) if on)
+
+
 LABEL_WINDOW = 3  # earlier lines, with their labels, shown before the line being labelled
 CONTENT_FREE = "N/A"  # the line whose label likelihoods say what the context alone favours
 
 
 def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, texts: list[str],
                        window: int | None = LABEL_WINDOW, calibrate: bool = False,
-                       alone: bool = True, opening_talk: Callable[[str], float] | None = None,
-                       until_step: bool = False, back_to_step: bool = False,
-                       after_talk: bool = False, after_more: bool = False) -> list[dict[str, Any]]:
+                       alone: bool = True, reread: Rereading = Rereading()) -> list[dict[str, Any]]:
     """One label per line from `score(text)`, the log-likelihoods of LABELS right after `text`.
 
     Each line is shown after the examples with at most `window` earlier lines and their chosen
@@ -98,7 +118,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     line cannot be MORE (no step above it), so that reading only has a say on TALK.
 
     The first line is shown with no earlier line, so its two readings are one text, read once. Its second
-    view is `opening_talk(line)`, where given: the log-odds of TALK from a reader that does not see where
+    view is `reread.probe(line)`, where given: the log-odds of TALK from a reader that does not see where
     the line stands (the talk probe, narration_probe.py), added to the label pass's. Why: both labelled
     examples open on a greeting, so to the model a first line is talk: on blind set 11 every clean clip (each
     line one step, the first already a step) lost its first step, P(TALK) 0.59-0.67, while the openings of
@@ -107,7 +127,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     and every clip's first line is a step. Counted twice, as before, the model's own reading pushed 0.6 to
     0.7. Measured on blind set 12: evaluation/showhowto/RESULTS.md, twelfth pass.
 
-    With `until_step`, each line while every line before it is labelled TALK (a greeting, an intro) has the
+    With `reread.until_step`, each line while every line before it is labelled TALK (a greeting, an intro) has the
     probe as its second view in place of its reading alone. Why: a line read alone is read as a first line,
     so as talk; after a one-line greeting both of the model's views of the first step lean to talk (set 20's
     oil check: "Park the car on level ground..." read TALK, dropped), and 3 of set 20's 4 clean clips lost
@@ -116,7 +136,7 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     greeting) it kept two first steps the first line's probe alone lost and lost one (a step with a reason
     clause the probe reads as talk); on set 21 it changed nothing (RESULTS, twenty-fourth pass).
 
-    With `back_to_step` (the chunk that ends the video), the closing is read by the probe too: from the last
+    With `reread.back_to_step` (the chunk that ends the video), the closing is read by the probe too: from the last
     line back, each line not labelled TALK has the probe as a third view beside its two readings, until one
     stays a step. Why: a closing worded as an instruction ("Your pour-over is ready. Enjoy it while it's
     hot!", "use the trimmings for dinner and enjoy") reads as one more step both in its window and alone,
@@ -128,14 +148,14 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     probe reads an imperative closing as a step too) and one more (a flaw, fixed since: read_closing), so it is off
     by default (RESULTS, twenty-fifth and twenty-sixth passes).
 
-    With `after_talk`, a line labelled TALK whose window is all TALK (a story or an aside as long as the window)
+    With `reread.after_talk`, a line labelled TALK whose window is all TALK (a story or an aside as long as the window)
     is read again as a first line is: alone, with the probe as its second view in place of its window, and that
     reading is its label where it is not TALK. Why: the window then shows only the model's own TALK labels, and
     the model goes on with them whatever the line says, strongly enough to outweigh its reading alone (blind
     set 26's radiator: the four steps after a four-line aside labelled TALK, the model's steps on them dropped).
     Heard only where the window read TALK: the reading can give back a step, never take one.
 
-    With `after_more`, the same for MORE: a line labelled MORE whose window is all MORE is read again as a first
+    With `reread.after_more`, the same for MORE: a line labelled MORE whose window is all MORE is read again as a first
     line, and that reading is its label where it is not MORE (a step of its own, or talk). Why: the window then
     shows only MORE, and the model goes on with it through new steps and asides alike (blind set 27's lemon curd:
     lines 10-25 all MORE, a five-line story and four steps among them, so the steps the model had written on
@@ -143,7 +163,6 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
     line: a long step's detail can be split off as a step (RESULTS, twenty-eighth pass).
     """
     prefix, out, read = label_examples() + video_header(title), [], []
-    sticky = {label for label, on in (("TALK", after_talk), ("MORE", after_more)) if on}  # read again after a run
     for n, line in enumerate(texts, 1):
         first = 1 if window is None else max(1, n - window)
         context = prefix + "".join(f"[{m}] {texts[m - 1]} -> {out[m - 1]['label']}\n" for m in range(first, n))
@@ -152,9 +171,9 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             scores = [a - float(b) for a, b in zip(scores, score(context + f"[{n}] {CONTENT_FREE} ->"))]
         probs = softmax(scores)
         mark = {}
-        opening = n == 1 or (until_step and all(m["label"] == "TALK" for m in out))
-        if alone and opening and opening_talk is not None:
-            seen = sigmoid(float(opening_talk(line)))
+        opening = n == 1 or (reread.until_step and all(m["label"] == "TALK" for m in out))
+        if alone and opening and reread.probe is not None:
+            seen = sigmoid(float(reread.probe(line)))
             probs = heard_with(probs, seen)
             mark["probe"] = round(seen, 3)
         elif alone and n > 1:
@@ -162,17 +181,17 @@ def labels_from_scores(score: Callable[[str], Sequence[float]], title: str, text
             mark["alone"] = [round(x, 3) for x in read_alone]
             probs = both_readings(probs, read_alone)
             label = labelled(probs)["label"]
-            if label in sticky and opening_talk is not None and window is not None and len(out) >= window \
+            if label in reread.sticky and window is not None and len(out) >= window \
                     and all(m["label"] == label for m in out[-window:]):
-                seen = sigmoid(float(opening_talk(line)))
+                seen = sigmoid(float(reread.probe(line)))
                 as_first = heard_with(read_alone, seen)
                 mark[f"after_{label.lower()}_probe"] = round(seen, 3)
                 if labelled(as_first)["label"] != label:
                     probs = as_first
         out.append(labelled(probs) | mark)
         read.append(probs)
-    if back_to_step and alone and opening_talk is not None:
-        read_closing(out, read, texts, opening_talk)
+    if reread.back_to_step and alone and reread.probe is not None:
+        read_closing(out, read, texts, reread.probe)
     return out
 
 
@@ -249,9 +268,7 @@ def with_talk(probs: Sequence[float], talk: float) -> list[float]:
     return [(1.0 - talk) * share, (1.0 - talk) * (1.0 - share), talk]
 
 
-def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Callable[[str], float] | None = None,
-                          until_step: bool = False, back_to_step: bool = False,
-                          after_talk: bool = False, after_more: bool = False) -> list[dict[str, Any]]:
+def _labels_by_likelihood(llm, title: str, texts: list[str], reread: Rereading) -> list[dict[str, Any]]:
     from vi.core.models.llm import next_token_log_probs
 
     first_token = {}
@@ -266,8 +283,7 @@ def _labels_by_likelihood(llm, title: str, texts: list[str], opening_talk: Calla
         return [float(log_probs[first_token[label]]) for label in LABELS]
 
     with llm.fresh_context():  # a record's labels never depend on the record before (resume, shards)
-        return labels_from_scores(score, title, texts, opening_talk=opening_talk, until_step=until_step,
-                                  back_to_step=back_to_step, after_talk=after_talk, after_more=after_more)
+        return labels_from_scores(score, title, texts, reread=reread)
 
 
 def labels_schema(count: int) -> dict:
@@ -294,20 +310,14 @@ def _labels_by_reply(llm, title: str, texts: list[str], record_id: object) -> li
     return [{"label": label} for label in labels]
 
 
-def label_lines(llm, title: str, texts: list[str], record_id: object = None,
-                opening_talk: Callable[[str], float] | None = None, until_step: bool = False,
-                back_to_step: bool = False, after_talk: bool = False, after_more: bool = False
+def label_lines(llm, title: str, texts: list[str], record_id: object = None, reread: Rereading = Rereading()
                 ) -> list[dict[str, Any]]:
-    """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only);
-    `opening_talk(text)`: the first line's TALK log-odds by a reader blind to its position, and with
-    `until_step` each line's until one is not TALK, with `back_to_step` each closing line's from the last
-    back until one stays a step, with `after_talk` (`after_more`) each TALK (MORE) line's after a window of
-    TALK (MORE) (in process only; labels_from_scores says why)."""
+    """One `{"label", "p"?}` per line of `texts` (p: the label's probability, in process only), the lines
+    `reread` names read again by its probe (in process only; labels_from_scores says why)."""
     from vi.core.models.llm import ChatLLM
 
     if not texts:
         return []
     if isinstance(llm, ChatLLM):
-        return _labels_by_likelihood(llm, title, texts, opening_talk, until_step, back_to_step, after_talk,
-                                     after_more)
+        return _labels_by_likelihood(llm, title, texts, reread)
     return _labels_by_reply(llm, title, texts, record_id)

@@ -215,19 +215,17 @@ def test_the_stage_asks_the_label_pass_to_read_the_opening_and_closing_as_told_a
                                                                                          monkeypatch):
     """--opening until-step has the talk probe read each opening line until a step, --closing back-to-step
     each closing line back to the last step, --after-talk (--after-more) each talk (more) line after a
-    window of talk (more)
-    (narration_labels.labels_from_scores says why); the record names
-    the choices beside the probe's embedder; an unknown one is refused before any record."""
+    window of talk (more) (narration_labels.labels_from_scores says why); the record names the choices beside
+    the probe's embedder; an unknown one is refused before any record."""
     record = TRANSCRIPTS["bike_tyre"]
     truth = truth_labels(record)
     steps = [{"first_line": s["lines"][0] + 1, "last_line": s["lines"][1] + 1, "text": f"Step {k}."}
              for k, s in enumerate(record["truth"]["steps"], 1)]
     use_llm(CopyingLLM(truth, steps_for=lambda lines: steps), monkeypatch)
     asked = []
-    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id, opening_talk=None, until_step=False,
-                        back_to_step=False, after_talk=False, after_more=False:
-                        asked.append((opening_talk is not None, until_step, back_to_step, after_talk, after_more))
-                        or fake_marks(truth))
+    monkeypatch.setattr(es, "label_lines", lambda llm, title, texts, record_id, reread:
+                        asked.append((reread.probe is not None, reread.until_step, reread.back_to_step,
+                                      reread.after_talk, reread.after_more)) or fake_marks(truth))
     monkeypatch.setattr(es.ExtractConfig, "embed", lambda self, texts: words_embedder(texts))
     out = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", opening=opening,
                                               closing=closing, after_talk=after_talk,

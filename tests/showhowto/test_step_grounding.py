@@ -11,8 +11,8 @@ import pytest
 
 from vi.pipelines.showhowto import step_grounding as sg
 from vi.pipelines.showhowto.extract_steps import STEP_SURE
-from vi.pipelines.showhowto.narration_labels import (LABELS, both_readings, labels_from_scores, step_runs, talk_of_two,
-                                                     with_talk)
+from vi.pipelines.showhowto.narration_labels import (LABELS, Rereading, both_readings, labels_from_scores, step_runs,
+                                                     talk_of_two, with_talk)
 from tests.showhowto.grounding_fakes import words_embedder
 
 LINES = [
@@ -200,10 +200,10 @@ def test_a_clips_first_line_is_a_step_when_a_reader_blind_to_position_says_so():
     alone = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", CLIP)
     assert [m["label"] for m in alone] == ["TALK", "STEP", "STEP"]  # the failure
     assert alone[0]["probs"][-1] == pytest.approx(0.543, abs=1e-3)  # read once: 0.585 counted twice
-    seen = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", CLIP, opening_talk=words_say_talk)
+    seen = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", CLIP, reread=Rereading(words_say_talk))
     assert [m["label"] for m in seen] == ["STEP", "STEP", "STEP"] and seen[0]["probe"] == pytest.approx(0.047, abs=1e-3)
     greeting = labels_from_scores(first_line_is_talk_scorer, "Fruit salad", ["Hi, welcome back."] + CLIP,
-                                  opening_talk=words_say_talk)
+                                  reread=Rereading(words_say_talk))
     assert [m["label"] for m in greeting] == ["TALK", "STEP", "STEP", "STEP"]
     # only the first line is read by it: the other lines have an earlier line and two readings of their own
     assert all("probe" not in m and "alone" in m for m in seen[1:])
@@ -227,15 +227,15 @@ def test_the_first_step_after_a_greeting_is_a_step_when_the_opening_is_read_by_t
     before it is TALK has the talk probe as its second view in place of its reading alone, so the step
     stays; the greeting stays talk, and once a line is not talk the lines after it are read alone again."""
     lines = ["Hi everyone, welcome back."] + CLIP
-    first_line = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, opening_talk=words_say_talk)
+    first_line = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, reread=Rereading(words_say_talk))
     assert [m["label"] for m in first_line] == ["TALK", "TALK", "STEP", "STEP"]  # the failure: the first step lost
-    seen = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, opening_talk=words_say_talk,
-                              until_step=True)
+    seen = labels_from_scores(opening_is_talk_scorer, "Fruit salad", lines, reread=Rereading(words_say_talk,
+                              until_step=True))
     assert [m["label"] for m in seen] == ["TALK", "STEP", "STEP", "STEP"]
     assert seen[1]["probe"] == pytest.approx(0.047, abs=1e-3) and "alone" not in seen[1]
     assert all("probe" not in m and "alone" in m for m in seen[2:])  # a step is shown: read alone again
     two_greetings = labels_from_scores(opening_is_talk_scorer, "Fruit salad", ["Hi everyone.", "Welcome back!"] + CLIP,
-                                       opening_talk=words_say_talk, until_step=True)
+                                       reread=Rereading(words_say_talk, until_step=True))
     assert [m["label"] for m in two_greetings] == ["TALK", "TALK", "STEP", "STEP", "STEP"]
     assert "probe" in two_greetings[1] and "probe" in two_greetings[2]
 
@@ -258,18 +258,18 @@ def test_a_closing_worded_as_an_instruction_is_talk_when_the_probe_reads_back_to
     to talk, the last true step stays, and the walk stops there, so a step the probe would misread earlier in
     the clip ("Enjoy ..." is not asked about, it is not in the closing) keeps its labels."""
     lines = ["Hi everyone."] + CLIP + ["Enjoy it while it's cold!", "And subscribe for more."]
-    before = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, opening_talk=closing_words_say_talk,
-                                until_step=True)
+    before = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, reread=Rereading(closing_words_say_talk,
+                                until_step=True))
     assert [m["label"] for m in before] == ["TALK", "STEP", "STEP", "STEP", "STEP", "STEP"]  # the failure
-    seen = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, opening_talk=closing_words_say_talk,
-                              until_step=True, back_to_step=True)
+    seen = labels_from_scores(every_line_a_step_scorer, "Fruit salad", lines, reread=Rereading(closing_words_say_talk,
+                              until_step=True, back_to_step=True))
     assert [m["label"] for m in seen] == ["TALK", "STEP", "STEP", "STEP", "TALK", "TALK"]
     assert seen[-1]["closing_probe"] == pytest.approx(0.953, abs=1e-3) and "closing_probe" in seen[3]
     assert all("closing_probe" not in m for m in seen[:3])  # the last step stayed: the walk ended there
     mid = ["Hi everyone.", CLIP[0], "Enjoy the quiet while it naps.", *CLIP[1:]]  # read as talk, not at the close
     assert [m["label"] for m in labels_from_scores(every_line_a_step_scorer, "Fruit salad", mid,
-                                                   opening_talk=closing_words_say_talk, until_step=True,
-                                                   back_to_step=True)] == ["TALK"] + ["STEP"] * 4
+                                                   reread=Rereading(closing_words_say_talk, until_step=True,
+                                                   back_to_step=True))] == ["TALK"] + ["STEP"] * 4
 
 
 def unsure_closing_scorer(text: str) -> np.ndarray:
@@ -286,10 +286,10 @@ def test_the_closing_walk_never_makes_a_line_a_surer_step_than_its_two_readings_
     probabilities as its two readings left them, under the stage's STEP_SURE, so no step is written from the
     line the model left out; heard both ways, as on blind set 24, it would have pushed the line over it."""
     lines = ["Hi everyone."] + CLIP + ["Use the dried buds to fill little sachets."]
-    before = labels_from_scores(unsure_closing_scorer, "Lavender", lines, opening_talk=closing_words_say_talk,
-                                until_step=True)
-    seen = labels_from_scores(unsure_closing_scorer, "Lavender", lines, opening_talk=closing_words_say_talk,
-                              until_step=True, back_to_step=True)
+    before = labels_from_scores(unsure_closing_scorer, "Lavender", lines, reread=Rereading(closing_words_say_talk,
+                                until_step=True))
+    seen = labels_from_scores(unsure_closing_scorer, "Lavender", lines, reread=Rereading(closing_words_say_talk,
+                              until_step=True, back_to_step=True))
     assert seen[-1]["label"] == "STEP" and seen[-1]["closing_probe"] == pytest.approx(0.047, abs=1e-3)
     assert seen[-1]["probs"] == before[-1]["probs"] and before[-1]["probs"][0] < STEP_SURE
     assert "closing_probe" not in seen[-2]  # it stayed a step: the walk ended there
@@ -326,10 +326,10 @@ def test_a_step_after_an_aside_as_long_as_the_window_is_a_step_when_read_as_a_fi
     story's own lines stay talk, and one step given back lets the lines after it be read as before."""
     lines = ["Hi everyone.", CLIP[0], *ASIDE, *CLIP[1:]]
     before = labels_from_scores(talk_sticks_after_talk_scorer, "Fruit salad", lines,
-                                opening_talk=story_words_say_talk, until_step=True)
+                                reread=Rereading(story_words_say_talk, until_step=True))
     assert [m["label"] for m in before] == ["TALK", "STEP"] + ["TALK"] * 4 + ["TALK", "TALK"]  # the failure
     seen = labels_from_scores(talk_sticks_after_talk_scorer, "Fruit salad", lines,
-                              opening_talk=story_words_say_talk, until_step=True, after_talk=True)
+                              reread=Rereading(story_words_say_talk, until_step=True, after_talk=True))
     assert [m["label"] for m in seen] == ["TALK", "STEP"] + ["TALK"] * 4 + ["STEP", "STEP"]
     assert seen[6]["after_talk_probe"] == pytest.approx(0.047, abs=1e-3)
     assert seen[5]["after_talk_probe"] == pytest.approx(0.953, abs=1e-3)  # read again, still talk
@@ -344,14 +344,14 @@ def test_the_after_talk_reading_never_takes_a_step_away():
         shown = text.rsplit('Video: "', 1)[-1].split("\n")[1:]
         return np.array([1.0, -1.0, 3.0 if re.search(STORY, shown[-1], re.I) else -2.0])
     lines = ["Hi everyone.", CLIP[0], *ASIDE, "Anyway, peel the orange."]
-    seen = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, opening_talk=story_words_say_talk,
-                              until_step=True, after_talk=True)
+    seen = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, reread=Rereading(story_words_say_talk,
+                              until_step=True, after_talk=True))
     assert seen[-1]["label"] == "TALK"  # the story's word: talk in every reading
     lines[-1] = "Peel the orange."
     def orange_is_talk(line):
         return 3.0 if "orange" in line else story_words_say_talk(line)
-    probe_says_talk = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, opening_talk=orange_is_talk,
-                                         until_step=True, after_talk=True)
+    probe_says_talk = labels_from_scores(step_after_talk_scorer, "Fruit salad", lines, reread=Rereading(orange_is_talk,
+                                         until_step=True, after_talk=True))
     assert probe_says_talk[-1]["label"] == "STEP" and "after_talk_probe" not in probe_says_talk[-1]
 
 
@@ -381,10 +381,10 @@ def test_a_new_step_after_a_window_of_more_is_a_step_and_an_aside_talk_when_read
              "Get every bit of wax off it.", "Then give it a shine.", "Check it all over once more.",
              "Peel the orange.", *ASIDE, "Cut the fruit into a bowl."]
     before = labels_from_scores(more_sticks_after_more_scorer, "Fruit salad", lines,
-                                opening_talk=story_words_say_talk, until_step=True, after_talk=True)
+                                reread=Rereading(story_words_say_talk, until_step=True, after_talk=True))
     assert [m["label"] for m in before] == ["TALK", "STEP"] + ["MORE"] * 10  # the failure: one step
     seen = labels_from_scores(more_sticks_after_more_scorer, "Fruit salad", lines,
-                              opening_talk=story_words_say_talk, until_step=True, after_more=True)
+                              reread=Rereading(story_words_say_talk, until_step=True, after_more=True))
     assert [m["label"] for m in seen] == ["TALK", "STEP"] + ["MORE"] * 4 + ["STEP"] + ["TALK"] * 4 + ["STEP"]
     assert step_runs([m["label"] for m in seen]) == [(1, 5), (6, 6), (11, 11)]
     assert seen[6]["after_more_probe"] == pytest.approx(0.047, abs=1e-3)
