@@ -1,8 +1,13 @@
 """`vi filter-instructional` on held-out transcripts: accuracy per kind, and whether each label agrees
 with the model's own explanation.
 
-Five sets, kept apart:
-- blind4 (heldout/filter_transcripts_4.jsonl, the default): 20 transcripts written for measuring only by a
+Six sets, kept apart:
+- blind5 (heldout/filter_transcripts_5.jsonl, the default): 20 transcripts written for measuring only by a
+  helper who read nothing of the project, committed before any run on them with the rule they decide (issue 38's
+  thirtieth pass: a No against its own account read, against own_account_unread on the same replies): 10 how-tos
+  narrated messily (four home repairs, four told in the past tense, seven titles without "how to") and 10 vlogs,
+  reviews (one an unboxing), talks and news about physical work, seven saying "how to" or an action in passing;
+- blind4 (heldout/filter_transcripts_4.jsonl): 20 transcripts written for measuring only by a
   helper who read nothing of the project, committed before any run on them: 10 how-tos (four told as a
   story or in the past tense, household tasks with few teaching words, chatty or sponsored openings, a
   life hack) and 10 vlogs, reviews (one an unboxing), talks and news about physical work, some saying "how";
@@ -26,7 +31,7 @@ Five sets, kept apart:
 - tune (heldout/filter_tune.jsonl): 8 transcripts of the same kinds that a design may be tried on.
 None shares a transcript with the prompt's worked examples.
 
-    python -m vi.evaluation.showhowto.filter_quality [--set blind2|measure|tune] [--llm qwen2.5-coder-1.5b]
+    python -m vi.evaluation.showhowto.filter_quality [--set blind4|...|measure|tune] [--llm qwen2.5-coder-1.5b]
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ import re
 import sys
 from pathlib import Path
 
-SETS = {"blind4": Path(__file__).parent / "heldout" / "filter_transcripts_4.jsonl",
+SETS = {"blind5": Path(__file__).parent / "heldout" / "filter_transcripts_5.jsonl",
+        "blind4": Path(__file__).parent / "heldout" / "filter_transcripts_4.jsonl",
         "blind3": Path(__file__).parent / "heldout" / "filter_transcripts_3.jsonl",
         "blind2": Path(__file__).parent / "heldout" / "filter_transcripts_2.jsonl",
         "measure": Path(__file__).parent / "heldout" / "filter_transcripts.jsonl",
@@ -88,6 +94,22 @@ def answers_word_label(decision: dict) -> dict:
     return {"label": before["label"], "reason": before["reason"], "method": before["decision"]["method"]}
 
 
+def own_account_unread_label(decision: dict) -> dict:
+    """The label and reason from the same replies where a No against the paper's own account is not read (before
+    issue 38's thirtieth pass): the opposite question's written answer, asked only for that, left out (exact: the
+    paper's reply and both scores are the same either way)."""
+    from vi.pipelines.showhowto import filter_instructional as fi
+
+    if "paper" not in decision or "negated" not in decision:
+        return {}
+    paper, negated = fi.Answer.from_json(decision["paper"]), fi.Answer.from_json(decision["negated"])
+    score = fi.combined_score(paper, negated)
+    if fi.word_against_account(paper) and score is not None and (score > 0) == paper.yes:
+        negated = fi.Answer(None, log_odds=negated.log_odds)  # not written before
+    before = fi.decide(paper, negated)
+    return {"label": before["label"], "reason": before["reason"], "method": before["decision"]["method"]}
+
+
 def run(llm: str, which: str = DEFAULT_SET, ask: str = "both", threads: int | None = None, interleave: bool = False,
         save: Path | None = None) -> dict:
     from vi.core.models.catalog import DEFAULT_LLM
@@ -111,17 +133,22 @@ def run(llm: str, which: str = DEFAULT_SET, ask: str = "both", threads: int | No
         rows.append({"id": item["id"], "kind": item["kind"], "truth": item["truth"], "label": got["label"],
                      "reason": got["reason"], "method": decision.get("method"),
                      **{k: decision[k] for k in ("paper", "negated", "score") if k in decision},
-                     "answer_words": answers_word_label(decision)})
+                     "answer_words": answers_word_label(decision),
+                     "own_account_unread": own_account_unread_label(decision)})
     before = [r | r["answer_words"] for r in rows if r["answer_words"]]
+    unread = [r | r["own_account_unread"] for r in rows if r["own_account_unread"]]
+    both = ask == "both"
     return {"llm": config.llm, "set": which, "ask": ask, "transcripts": len(rows), **summary(rows),
-            "answer_words": summary(before) if ask == "both" and len(before) == len(rows) else None, "rows": rows}
+            "answer_words": summary(before) if both and len(before) == len(rows) else None,
+            "own_account_unread": summary(unread) if both and len(unread) == len(rows) else None, "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llm", default="")
     parser.add_argument("--set", choices=list(SETS), default=DEFAULT_SET,
-                        help="blind4, blind3, blind2, measure: held out, each measured once (spent); "
+                        help="blind5, blind4, blind3, blind2, measure: held out, each measured once (blind5 "
+                             "the thirtieth pass's, the others spent); "
                              "tune: for designing (default %(default)s)")
     parser.add_argument("--ask", choices=("both", "paper"), default="both",
                         help="the stage's --ask: both questions (the default) or the paper's alone (before issue 38)")

@@ -25,9 +25,9 @@ A preferred word now argues for "how-to" in one question and against it in the o
 - where it cannot (a server, transformers), from the two written answers: Yes to one and No to the
   other is their common answer; the same word to both is no evidence either way: not instructional,
   marked uncertain (a filter keeps how-tos; a doubtful video costs less set aside than mined).
-The reason written is always the explanation of a written answer that argues for the label, and
-`decision` records each question's answer, explanation and log-odds, the score, and which rule
-decided. `--ask paper` asks the paper's question alone (one request, its answer as it is).
+The reason written is the explanation of a written answer that argues for the label (where the accounts decide,
+of one whose account does), and `decision` records each question's answer, explanation and log-odds, the score,
+and which rule decided. `--ask paper` asks the paper's question alone (one request, its answer as it is).
 
 One account, two answer words. Where the two written answers say opposite things of the video, the
 model may have given the same account of it to both questions and then its favourite word to each. On
@@ -42,6 +42,14 @@ demonstration..." among it); a head argues for a how-to where it says the paper'
 is the label (`one_account` in `decision`), and the reason is the explanation whose answer agrees with
 it; where they argue differently (a how-to's account to one question, "a review of..." to the other), the
 answer words and the score decide as above.
+
+A No against its own account. Where the score agrees with the paper's written answer, the opposite question was
+only scored, so a No written under an account whose head says the video teaches the task stood with that account
+as its reason (blind set 29's cabinet pulls, refused in extract-steps' screen: "The video shows how to replace
+cabinet knobs with pulls using a drill template, not a demonstration...", score -0.22). There the opposite question
+is written too (one more reply, only then), and the two accounts are read as above: where both say how-to, that is
+the label; where the opposite's says something else, the No stands, with the opposite's explanation, which argues
+for it, as the reason (`word_against_account`).
 
 A transcript without speech (empty, or only "[Music]"-style captions) is labelled false
 without asking the model: there is no narration to mine steps from.
@@ -182,6 +190,13 @@ def claims_task(account: str) -> bool:
     return bool(TASK_WORDS.search(said)) and not NEGATION.search(said)
 
 
+def word_against_account(paper: Answer) -> bool:
+    """Whether the paper's written answer is No while its own account's head says the video teaches the task
+    ("The video shows how to replace cabinet knobs with pulls..., not a demonstration...": the word, not the
+    account, says No)."""
+    return paper.yes is False and claims_task(paper.explanation)
+
+
 def accounts_label(paper: Answer, negated: Answer) -> bool | None:
     """What both explanations' heads argue (claims_task) where they argue the same; None where they differ."""
     label = claims_task(paper.explanation)
@@ -192,23 +207,30 @@ def decide(paper: Answer, negated: Answer | None, read_accounts: bool = True) ->
     """The `instructional` fields from the questions' answers, pure (see the module's docstring).
     `negated` None: the paper's question alone. `read_accounts` False: the answer words decide where the two
     accounts say the same (before issue 38's sixteenth pass; for the quality script's comparison). The reason
-    is always an explanation whose written answer argues for the label."""
+    is an explanation whose written answer argues for the label, or, where the accounts decide, whose account does."""
     if negated is None:
         return {"label": paper.yes, "reason": paper.explanation,
                 "decision": {"method": "paper", "paper": paper.as_json()}}
     asked = {"paper": paper.as_json(), "negated": negated.as_json()}
     score = combined_score(paper, negated)
     opposite = negated.says_howto(negated=True)
-    read = None
-    if read_accounts and opposite is not None and opposite != paper.yes:  # the written answers disagree:
-        read = accounts_label(paper, negated)  # the two accounts, where they say the same, decide
+    read, against = None, read_accounts and word_against_account(paper)
+    # the written answers disagree, or the paper's No disagrees with its own account: the two accounts, where
+    # they say the same, decide
+    if read_accounts and opposite is not None and (opposite != paper.yes or against):
+        read = accounts_label(paper, negated)
     if read is not None:
+        method = "one account, two answer words" if opposite != paper.yes else "a No against its own account"
         return {"label": read, "reason": paper.explanation if paper.yes == read else negated.explanation,
-                "decision": {"method": "one account, two answer words: the accounts read", "one_account": True,
+                "decision": {"method": f"{method}: the accounts read", "one_account": True,
                              **({"score": round(score, 3)} if score is not None else {}), **asked}}
     if score is not None:  # the likelihoods decide; the reason is a written answer that agrees
         label = score > 0
         scored = {"score": round(score, 3), **asked}
+        if paper.yes == label and against and opposite == label:  # the opposite's account is the one that agrees
+            return {"label": label, "reason": negated.explanation,
+                    "decision": {"method": "log-odds of both questions; the paper's answer agrees, not its account",
+                                 **scored}}
         if paper.yes == label:
             return {"label": label, "reason": paper.explanation,
                     "decision": {"method": "log-odds of both questions; the paper's answer agrees", **scored}}
@@ -261,8 +283,9 @@ def classify(record: dict, config: FilterConfig) -> dict:
             opposite = config.negated_template.render(title=title, transcript=excerpt)
             negated = Answer(None, log_odds=scored_log_odds(llm, opposite))
             score = combined_score(paper, negated)
-            # written (a constrained reply: the costly part) only where a reason or the vote needs it
-            if score is None or (score > 0) != paper.yes:
+            # written (a constrained reply: the costly part) only where a reason or the vote needs it: no score,
+            # a score against the paper's answer, or a No against the paper's own account (decide)
+            if score is None or (score > 0) != paper.yes or word_against_account(paper):
                 negated = Answer(*written(llm, opposite, record["id"], seed), log_odds=negated.log_odds)
     decided = decide(paper, negated)
     return {"instructional": {"label": decided["label"], "reason": decided["reason"], "model": config.llm,

@@ -141,6 +141,48 @@ def test_one_account_answered_both_ways_is_read_not_its_answer_words(monkeypatch
     assert other["decision"]["method"] == "log-odds of both questions; the paper's answer overruled"
 
 
+class SaysNo(ScoringAlwaysYes):
+    """Writes No to the paper's question and Yes to its opposite (not a how-to), whatever its accounts say;
+    scored as ScoringAlwaysYes."""
+
+    def chat(self, messages, *, schema=None, max_tokens=512, temperature=0.0, seed=0):
+        self.calls.append(messages)
+        said = self.opposite_explanation if negated(messages) else self.explanation
+        return ChatReply(json.dumps({"explanation": said, "answer": "Yes" if negated(messages) else "No"}), 0, 0,
+                         "stop")
+
+
+CABINET = ("The video shows how to replace cabinet knobs with pulls using a drill template, not a demonstration "
+           "of how to do a task with physical steps.")
+
+
+@pytest.mark.parametrize("opposite, howto", [
+    ("The video shows how to swap old cabinet knobs for pulls, drilling through a template.", True),
+    ("It is a renovation vlog of the narrator's kitchen.", False)])
+def test_a_no_against_its_own_account_has_the_opposite_written_and_the_accounts_read(monkeypatch, opposite, howto):
+    # Extract-steps' screen on blind set 29's cabinet pulls: the paper's No, written under an account that says
+    # the video shows how to do the task, near a zero score that agrees with the No: the how-to was refused with
+    # a reason that argues for one. The opposite question is written too, and where both accounts say how-to,
+    # that is the label; where the opposite's says something else, the No stands with the reason that argues it.
+    judge = SaysNo(CABINET, -0.2, opposite)
+    out = classify(HOWTO, judge, monkeypatch)
+    assert len(judge.calls) == 2 and negated(judge.calls[1])  # the opposite written, only for its account
+    assert out["label"] is howto
+    if howto:
+        assert out["decision"]["method"] == "a No against its own account: the accounts read"
+        assert out["decision"]["one_account"] is True
+    else:
+        assert out["decision"]["method"] == "log-odds of both questions; the paper's answer agrees, not its account"
+        assert out["reason"] == opposite  # not the paper's account of a how-to
+    # before: the opposite only scored, the score and the paper's word decide, the how-to's account the reason
+    unread = fi.decide(fi.Answer.from_json(out["decision"]["paper"]),
+                       fi.Answer(None, log_odds=out["decision"]["negated"]["log_odds"]))
+    assert unread["label"] is False and unread["reason"] == CABINET
+    # a No whose account does not claim the task is not asked again
+    judge = SaysNo("The video is a vlog of a kitchen makeover.", -0.2)
+    assert classify(VLOG, judge, monkeypatch)["label"] is False and len(judge.calls) == 1
+
+
 def test_an_account_claims_a_task_in_the_papers_words_unless_it_negates_them():
     assert fi.claims_task("The video demonstrates how to clean a range hood filter, with physical steps.")
     assert fi.claims_task("The narrator teaches knife skills") and fi.claims_task("It shows step by step a repair")
