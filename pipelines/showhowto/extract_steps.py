@@ -200,7 +200,8 @@ class ExtractConfig(LLMConfig):
         "and its last step is cited before the chunk's last line, the lines after it are asked for again, alone, "
         "until a reply is not full. A model that lists the narration line by line reaches the cap halfway "
         "through a long narration, and the steps said after it are otherwise written by nobody (the cap is said "
-        "in repairs either way; evaluation/showhowto/RESULTS.md)."))
+        "in repairs either way). Off by default: on a blind set it found fewer true steps, the late steps it wrote "
+        "folded back where the labels call those lines MORE (evaluation/showhowto/RESULTS.md)."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
