@@ -83,6 +83,7 @@ SEGMENTATIONS = ("filtered", "labels", "model")
 GROUNDINGS = ("said", "cited")
 OPENINGS = ("first-line", "until-step")  # the lines the talk probe reads beside the label pass (--opening)
 CLOSINGS = ("none", "back-to-step")  # the closing lines the talk probe reads beside the label pass (--closing)
+REST_AFTER = ("cited", "said")  # where a full reply's steps end, for --ask-rest (--rest-after)
 # A labelled run no step of the model's is on is written as a step only where the label pass gives
 # its first line P(STEP) of at least this: more likely a new step than not. The 1.5B model's labels
 # call many descriptive lines STEP by a small margin; the model's own steps are the main source.
@@ -204,6 +205,12 @@ class ExtractConfig(LLMConfig):
         "in repairs either way). On by default since blind set 30, with --after-more, which reads again the "
         "MORE lines where the late steps it writes would fold back (alone, on blind set 29, it found fewer "
         "true steps; evaluation/showhowto/RESULTS.md)."))
+    rest_after: str = option("cited", help=(  # steps_after_cap says why
+        "With --ask-rest, where a full reply's steps end, and so which lines are asked for again: cited, after "
+        "the last line a step cites (default); said, after the last line a step's words are said on where that "
+        "is later (with --segmentation filtered and --grounding said; elsewhere cited). The 1.5B model cites "
+        "early: a full reply whose steps run to the narration's end in words can cite its middle, and the lines "
+        "asked for again are written twice (blind set 30's risotto, evaluation/showhowto/RESULTS.md)."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
@@ -244,6 +251,8 @@ class ExtractConfig(LLMConfig):
             raise ValueError(f"--opening must be one of {', '.join(OPENINGS)}, got {self.opening!r}")
         if self.closing not in CLOSINGS:
             raise ValueError(f"--closing must be one of {', '.join(CLOSINGS)}, got {self.closing!r}")
+        if self.rest_after not in REST_AFTER:
+            raise ValueError(f"--rest-after must be one of {', '.join(REST_AFTER)}, got {self.rest_after!r}")
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
@@ -262,6 +271,12 @@ class ExtractConfig(LLMConfig):
     @property
     def grounds_by_text(self) -> bool:
         return self.segmentation == "filtered" and self.grounding == "said"
+
+    @property
+    def rest_after_said(self) -> bool:
+        """Whether a full reply's steps end where their words are said (--rest-after said, where they are placed
+        by their words), not where they are cited."""
+        return self.ask_rest and self.rest_after == "said" and self.grounds_by_text
 
     @property
     def reads_previews(self) -> bool:
@@ -485,14 +500,14 @@ def ask_for_steps(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: 
     that holds MAX_STEPS steps and cites none of the chunk's later lines is said in `notes`, and with
     --ask-rest those lines are asked for again (steps_after_cap)."""
     notes = notes if notes is not None else []
-    chunk_title, steps = steps_after_cap(plan, config, chunk, first, seed, notes)
+    chunk_title, steps = steps_after_cap(plan, config, chunk, first, seed, notes, shown)
     if config.grounds_by_text and shown is not None:
         steps = ground_chunk(config, chunk, first, steps, shown, notes, plan.names)
     return chunk_title, [s for s in steps if owned_by(chunk, s, plan.segments)]
 
 
 def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first: int, seed: int,
-                    notes: list[str]) -> tuple[str, list[Any]]:
+                    notes: list[str], shown: list[dict] | None = None) -> tuple[str, list[Any]]:
     """The model's steps for the chunk as cited. The reply's schema holds at most MAX_STEPS steps, and a model
     that lists the narration line by line reaches it halfway through a 30-line chunk (blind sets 27 and 28: the
     lemon curd's and the door's last steps cite segments 14 and 20 of 28 and 32), so the steps said after its
@@ -513,8 +528,18 @@ def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first
     if not config.ask_rest:
         notes.append(f"{full}: {plan.names(last + 1, end)} got no step from it (--ask-rest asks again)")
         return chunk_title, steps
+    if config.rest_after_said and shown is not None:
+        # the 1.5B model cites early: where its steps' words are said later than it cites, they end there
+        placed = ground_chunk(config, chunk, first, steps, shown, [], plan.names)
+        said = max((s["last_line"] for s in placed if isinstance(s, dict) and s.get("fixed_lines")), default=last)
+        if said >= end:
+            notes.append(f"{full}, its steps' words said up to {plan.names(end, end)}: no line left to ask for")
+            return chunk_title, steps
+        if said > last:
+            full, last = f"{full}, its words said up to {plan.names(said, said)}", said
     rest = Chunk(chunk.core_start, chunk.core_end, chunk.segments[last + 1 - first:])
-    _, more = steps_after_cap(plan, config, rest, last + 1, seed, notes)
+    _, more = steps_after_cap(plan, config, rest, last + 1, seed, notes,
+                              shown[last + 1 - first:] if shown is not None else None)
     notes.append(f"{full}: asked again for {plan.names(last + 1, end)}, {len(more)} steps")
     return chunk_title, steps + more
 
@@ -682,6 +707,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
+        method["rest_after"] = ("said" if config.rest_after_said else "cited") if config.ask_rest else None
     if config.segmentation != "model":  # the second readings of each line, by their embedder (null: the labels alone)
         scored = read_by_likelihood(labels.values())  # a server's labels: no probe read them
         method |= {f"{kind}_probe": load_line_probe(kind).embedder if scored and kind in config.line_probes else None
@@ -799,8 +825,9 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, ask_rest, talk_probe, start_probe, opening_probe, opening, closing, "
-           "after_talk, after_more, chunks, repairs, line_labels}: each step's first and last transcript line, where "
+           "grounding, remarks, previews, ask_rest, rest_after, talk_probe, start_probe, opening_probe, opening, "
+           "closing, after_talk, after_more, chunks, repairs, line_labels}: each step's first and last transcript "
+           "line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "

@@ -612,7 +612,8 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     args = parser.parse_args(["--after-more", "--no-drop-remarks", "--opening", "first-line"])
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
-        "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None}
+        "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
+        "rest_after": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
@@ -657,3 +658,35 @@ def test_a_reply_cut_at_the_step_cap_says_so_and_with_ask_rest_the_lines_after_i
     assert max(said) == 19 and len(steps["items"]) > cap
     assert steps["repairs"][0] == (f"the model's reply holds {cap} steps, the most it may, the last on segment "
                                    f"{cap - 1}: asked again for segments {cap}-19, 5 steps")
+
+
+@pytest.mark.parametrize("rest_after, cites_early", [("cited", True), ("said", True), ("said", False)])
+def test_a_full_reply_that_cites_early_has_the_rest_asked_after_its_words_with_rest_after_said(rest_after,
+                                                                                               cites_early,
+                                                                                               monkeypatch):
+    """Blind set 30's risotto: the 1.5B model's full reply ran to the narration's end in words while citing its
+    middle (lines 14-21 for steps said on 23-32), so --ask-rest asked for the last lines again and they were
+    written twice. With --rest-after said a full reply ends where its steps' words are said, where that is later
+    than their citations: nothing is asked again here; a reply that truly stops halfway is asked on as before."""
+    record = TRANSCRIPTS["bike_tyre"]  # 20 lines
+    lines = [s["text"].strip() for s in record["transcript"]["segments"]]
+    cap, asked = es.MAX_STEPS, []
+
+    def steps_for(shown):
+        asked.append(shown)
+        if len(asked) == 1:  # full: lines 6-20 copied, cited as 1-15 (early) or lines 1-15 as they are
+            copied = lines[len(lines) - cap:] if cites_early else lines[:cap]
+            return [{"first_line": k, "last_line": k, "text": text} for k, text in enumerate(copied, 1)]
+        start = len(lines) - len(shown) + 1
+        return [{"first_line": start + k, "last_line": start + k, "text": text} for k, text in enumerate(shown)]
+
+    use_llm(CopyingLLM(truth_labels(record), steps_for), monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", rest_after=rest_after))["steps"]
+    assert steps["ask_rest"] is True and steps["rest_after"] == rest_after
+    full = f"the model's reply holds {cap} steps, the most it may, the last on segment {cap - 1}"
+    if rest_after == "said" and cites_early:
+        assert len(asked) == 1
+        assert f"{full}, its steps' words said up to segment 19: no line left to ask for" in steps["repairs"]
+        return
+    assert len(asked) == 2 and asked[1] == lines[cap:]  # the lines after the last citation, asked again
+    assert f"{full}: asked again for segments {cap}-19, 5 steps" in steps["repairs"]
