@@ -513,7 +513,10 @@ def steps_after_cap(plan: RecordPlan, config: ExtractConfig, chunk: Chunk, first
     lemon curd's and the door's last steps cite segments 14 and 20 of 28 and 32), so the steps said after its
     last cited line are written by nobody. Where a reply is full and lines are left after its last citation, that is
     said in `notes`, and with --ask-rest those lines are asked for alone, as a chunk of their own, until a reply
-    is not full or no line is left (each reply cites only later lines, so this ends)."""
+    is not full or no line is left (each reply cites only later lines, so this ends). With --rest-after said
+    (`shown`: the chunk's labels, for the grounding) the reply ends after the last line its steps' words are said
+    on where that is later: the 1.5B model cites early, and a reply that reached the end in words is not asked
+    to write its last lines again (blind set 30's risotto)."""
     messages = config.template.render(title=plan.title, transcript="\n".join(numbered_lines(chunk.segments, first)))
     reply = plan.llm.chat(messages, schema=steps_schema(list(range(first, first + len(chunk.segments)))),
                           max_tokens=config.max_new_tokens, seed=seed)
