@@ -245,14 +245,11 @@ class ExtractConfig(LLMConfig):
             raise ValueError(f"--segmentation must be one of {', '.join(SEGMENTATIONS)}, got {self.segmentation!r}")
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
-        if self.grounding not in GROUNDINGS:
-            raise ValueError(f"--grounding must be one of {', '.join(GROUNDINGS)}, got {self.grounding!r}")
-        if self.opening not in OPENINGS:
-            raise ValueError(f"--opening must be one of {', '.join(OPENINGS)}, got {self.opening!r}")
-        if self.closing not in CLOSINGS:
-            raise ValueError(f"--closing must be one of {', '.join(CLOSINGS)}, got {self.closing!r}")
-        if self.rest_after not in REST_AFTER:
-            raise ValueError(f"--rest-after must be one of {', '.join(REST_AFTER)}, got {self.rest_after!r}")
+        for flag, value, allowed in (("--grounding", self.grounding, GROUNDINGS), ("--opening", self.opening, OPENINGS),
+                                     ("--closing", self.closing, CLOSINGS),
+                                     ("--rest-after", self.rest_after, REST_AFTER)):
+            if value not in allowed:
+                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 
