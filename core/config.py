@@ -62,6 +62,13 @@ def long_flag(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
+def check_choice(flag: str, value: Any, allowed: Any) -> None:
+    """Refuse `value` for the option `flag` unless it is one of `allowed` (a tuple, or a dict's keys):
+    one message for every choice option, naming the option, what it takes and what was given."""
+    if value not in allowed:
+        raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 def defaults(config: type) -> dict[str, Any]:
     """Each option's declared default, by field name (fields without a default left out)."""
     out = {}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from vi.core.config import check_choice
+
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 # The devices each inference engine can run on. CTranslate2 (faster-whisper, whisperx's
 # decoder) has CUDA and CPU backends only: Apple's mps is a torch backend.
@@ -127,8 +129,7 @@ def resolve_placement(device: str = "auto", dtype: str = "auto", engine: str = "
     """
     if engine not in ENGINE_DEVICES:
         raise ValueError(f"unknown engine {engine!r}: one of {', '.join(ENGINE_DEVICES)}")
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    check_choice("--dtype", dtype, DTYPES)
     chosen = _auto_device(engine) if device == "auto" else device
     _check_device(chosen, engine)
     if dtype == "auto":

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
+from vi.core.config import check_choice
 from vi.core.errors import SetupError
 
 INFO_FILE = "encoder.json"
@@ -87,8 +88,7 @@ class FeatureWriter:
     """Writes chunks into `store`, after claiming it for `info` (see `claim_store`)."""
 
     def __init__(self, store: str | Path, info: dict, dtype: str = "float16"):
-        if dtype not in STORE_DTYPES:
-            raise ValueError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
+        check_choice("--store-dtype", dtype, STORE_DTYPES)
         self.store, self.info, self.dtype = Path(store), info, dtype
         claim_store(self.store, info)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from vi.core import media
+from vi.core.config import check_choice
 from vi.evaluation.stepdiff import predict as sp
 from vi.evaluation.stepdiff.mcq_negatives import read_clip_features, unit
 from vi.evaluation.stepdiff.predict import ClipVideo
@@ -72,8 +73,7 @@ class VLEmbed:
     """The two scoring functions of `vi predict` over clip embeddings and a text encoder."""
 
     def __init__(self, clips: dict[str, np.ndarray], encode_texts, pair: str = "both"):
-        if pair not in PAIR_MODES:
-            raise ValueError(f"--pair must be one of {', '.join(PAIR_MODES)}, not {pair!r}")
+        check_choice("--pair", pair, PAIR_MODES)
         # float32, as saved, then normalised in float64: encoded and reloaded features score alike
         self.clips = {clip: unit(np.asarray(v, np.float32)) for clip, v in clips.items()}
         self.encode_texts, self.pair = encode_texts, pair

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vi.core import media
-from vi.core.config import internal, option
+from vi.core.config import check_choice, internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.models import load_once
@@ -71,8 +71,7 @@ class TranscribeConfig:
     align_path: str | None = internal(init=False)  # a named aligner, resolved
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        check_choice("--backend", self.backend, BACKENDS)
         if self.batch_size < 1:
             raise ValueError("--batch-size must be at least 1")
         if self.beam_size < 1:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vi.core.config import internal, option, with_default
+from vi.core.config import check_choice, internal, option, with_default
 from vi.core.devices import Placement, passive_openmp, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.models import vision, vlm
@@ -145,10 +145,8 @@ class CaptionConfig:
         if self.max_frames < 2 or self.max_new_tokens < 1 or self.batch_size < 1 or self.top_k < 1:
             raise ValueError("--max-frames must be at least 2, --max-new-tokens, --batch-size and --top-k at "
                              "least 1")
-        if self.missing not in ("error", "keep"):
-            raise ValueError(f"--missing {self.missing!r}: give error or keep")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"--prompt-style {self.prompt_style!r}: give {' or '.join(PROMPT_STYLES)}")
+        check_choice("--missing", self.missing, ("error", "keep"))
+        check_choice("--prompt-style", self.prompt_style, PROMPT_STYLES)
         if self.desc_mode not in DESC_MODES:
             raise ValueError(f"--desc-mode {self.desc_mode!r}: give {', '.join(DESC_MODES)} (the release's "
                              f"prepare_data.py --desc_mode {', '.join(DESC_MODES.values())})")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vi.core import media
-from vi.core.config import internal, option
+from vi.core.config import check_choice, internal, option
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.seeding import record_rng
@@ -88,8 +88,7 @@ class FramesConfig:
         for name, default in (("window", DEFAULT_WINDOW), ("stride", DEFAULT_STRIDE), ("model", "auto")):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
-        if self.select not in SELECT:
-            raise ValueError(f"--select {self.select!r}: choose one of {', '.join(SELECT)}")
+        check_choice("--select", self.select, SELECT)
         if not (math.isfinite(self.fps) and self.fps > 0):
             raise ValueError(f"--fps must be a positive number of frames per second, got {self.fps}")
         if not WINDOW_MIN <= self.window <= WINDOW_MAX:

@@ -75,7 +75,7 @@ from functools import cache
 from pathlib import Path
 from typing import Callable, Optional
 
-from vi.core.config import internal, option, with_default
+from vi.core.config import check_choice, internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import (ChatBackend, LLMConfig, LLMSettings, LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, chat_json,
@@ -101,15 +101,13 @@ CHANGE = {"pseudo": {"A": False, "B": True}, "eval": {"A": True, "B": False}}
 def letter_to_change(letter: str | None, prompt: str) -> bool | None:
     """True when the letter says the frames differ (pseudo B) or the action advanced (eval A); False for
     the opposite; None for C (cannot tell) or no letter."""
-    if prompt not in CHANGE:
-        raise ValueError(f"prompt must be one of {', '.join(CHANGE)}, got {prompt!r}")
+    check_choice("prompt", prompt, CHANGE)
     return CHANGE[prompt].get(letter) if letter is not None else None
 
 
 @functools.lru_cache(maxsize=None)
 def packaged_prompt(prompt: str) -> ChatPrompt:
-    if prompt not in PROMPTS:
-        raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
+    check_choice("--prompt", prompt, PROMPTS)
     return load_prompt(PROMPTS[prompt], None, needs=NEEDS[prompt])
 
 
@@ -354,8 +352,7 @@ class PairJudge:
     _content_free: dict = field(default_factory=dict)  # (order, action) -> letter probabilities
 
     def __post_init__(self) -> None:
-        if self.debias not in DEBIAS:
-            raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {self.debias!r}")
+        check_choice("--debias", self.debias, DEBIAS)
         self.templates = dict(self.templates or {})
         self.templates.setdefault("paper", packaged_prompt(self.prompt))
         if self.debias not in ONE_ORDER:
@@ -584,8 +581,7 @@ def caption_list(text: str | None) -> tuple[str, ...]:
 def debias_templates(prompt: str, debias: str, prompt_file: Path | None, swapped_file: Path | None
                      ) -> dict[str, ChatPrompt]:
     """The prompt of each order --debias asks: the paper's (or --prompt-file) and, unless none, its twin."""
-    if debias not in DEBIAS:
-        raise ValueError(f"--debias must be one of {', '.join(DEBIAS)}, got {debias!r}")
+    check_choice("--debias", debias, DEBIAS)
     out = {"paper": load_prompt(PROMPTS[prompt], prompt_file, needs=NEEDS[prompt])}
     if debias in ONE_ORDER:
         return out
@@ -679,8 +675,7 @@ class ProgressionConfig:
         repeated = [ref for ref, n in Counter(self.llms).items() if n > 1]
         if repeated:
             raise ValueError(f"--llm {repeated[0]} is given twice: one vote per judge")
-        if self.prompt not in PROMPTS:
-            raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {self.prompt!r}")
+        check_choice("--prompt", self.prompt, PROMPTS)
         for ref in self.llms:  # a bad spec or a missing model: before any record
             check_llm(self.settings(ref))
         object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,

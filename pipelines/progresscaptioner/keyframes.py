@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vi.core.config import internal, option, with_default
+from vi.core.config import check_choice, internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
@@ -124,17 +124,14 @@ class KeyframesConfig(LLMConfig):
         if self.captioner and self.method == "progress":  # a missing captioner: before any record
             object.__setattr__(self, "pair_captioning", pair_captioner(self.captioner, device=self.device,
                                                                       seed=self.seed))
-        if self.reference not in REFERENCES:
-            raise ValueError(f"--reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"--method {self.method!r}: choose one of {', '.join(METHODS)}")
+        check_choice("--reference", self.reference, REFERENCES)
+        check_choice("--method", self.method, METHODS)
         if self.count is not None and self.count < 1:
             raise ValueError(f"--count must be at least 1, got {self.count}")
         if not self.into.strip():
             raise ValueError("--into needs a field name")
         if self.method == "progress":
-            if self.prompt not in PROMPTS:
-                raise ValueError(f"--prompt must be one of {', '.join(PROMPTS)}, got {self.prompt!r}")
+            check_choice("--prompt", self.prompt, PROMPTS)
             check_llm(self.llm_settings)  # a bad --llm or a missing model: before any record
             object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,
                                                                    self.swapped_prompt_file))

@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vi.core.config import option
+from vi.core.config import check_choice, option
 from vi.core.errors import EXIT_OK, EXIT_RECORDS_FAILED, RecordError
 from vi.core.locks import FOLDER_LOCK, lock_folder
 from vi.core.media import read_frames
@@ -189,8 +189,7 @@ def open_export(root: Path, layout: str, shard: Shard | None, *, maxcount: int, 
     """
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
-    if layout not in LAYOUTS:
-        raise ValueError(f"--format must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    check_choice("--format", layout, LAYOUTS)
     hold_export_lock(root, shard)
     writer = ImgseqWriter(root, shard) if layout == "showhowto" else TarShardWriter(root, shard, maxcount)
     skipped = SkippedLog(root, shard)

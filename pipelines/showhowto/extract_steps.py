@@ -58,7 +58,7 @@ from typing import Any
 
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.core.config import internal, option
+from vi.core.config import check_choice, internal, option
 from vi.core.devices import resolve_placement
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import LLMConfig, LLMSettings, check_llm
@@ -241,15 +241,13 @@ class ExtractConfig(LLMConfig):
         if self.max_new_tokens < 64 or self.max_new_tokens >= self.n_ctx // 2:
             raise ValueError(f"--max-new-tokens must be between 64 and half of --n-ctx "
                              f"({self.n_ctx // 2}), got {self.max_new_tokens}")
-        if self.segmentation not in SEGMENTATIONS:
-            raise ValueError(f"--segmentation must be one of {', '.join(SEGMENTATIONS)}, got {self.segmentation!r}")
+        check_choice("--segmentation", self.segmentation, SEGMENTATIONS)
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
-        for flag, value, allowed in (("--grounding", self.grounding, GROUNDINGS), ("--opening", self.opening, OPENINGS),
-                                     ("--closing", self.closing, CLOSINGS),
-                                     ("--rest-after", self.rest_after, REST_AFTER)):
-            if value not in allowed:
-                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+        check_choice("--grounding", self.grounding, GROUNDINGS)
+        check_choice("--opening", self.opening, OPENINGS)
+        check_choice("--closing", self.closing, CLOSINGS)
+        check_choice("--rest-after", self.rest_after, REST_AFTER)
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import internal, option
+from vi.core.config import check_choice, internal, option
 from vi.core.errors import RecordError
 from vi.core.models.chat import LLMConfig, check_llm, fresh_context, gives_likelihoods
 from vi.core.seeding import record_seed
@@ -112,8 +112,7 @@ class FilterConfig(LLMConfig):
     def __post_init__(self) -> None:
         if self.max_chars < 100:
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
-        if self.ask not in ASK:
-            raise ValueError(f"--ask must be one of {', '.join(ASK)}, got {self.ask!r}")
+        check_choice("--ask", self.ask, ASK)
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))

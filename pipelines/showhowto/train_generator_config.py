@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import option, with_default
+from vi.core.config import check_choice, option, with_default
 from vi.core.training import DATA, MODEL, OPTIM, RUN, RunConfig, mixed_precision_option, run_option
 
 PROMPTS = ("per-frame", "joined")
@@ -68,10 +68,9 @@ class GeneratorTrainConfig(RunConfig):
         if not 2 <= self.min_frames <= self.max_frames:
             raise ValueError(f"--min-frames {self.min_frames} --max-frames {self.max_frames}: need "
                              "2 <= min <= max (frame 0 is the input image, so a sequence has a step)")
-        for name, value, allowed in (("--prompts", self.prompts, PROMPTS), ("--lengths", self.lengths, LENGTHS),
-                                     ("--schedule", self.schedule, SCHEDULES)):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        check_choice("--prompts", self.prompts, PROMPTS)
+        check_choice("--lengths", self.lengths, LENGTHS)
+        check_choice("--schedule", self.schedule, SCHEDULES)
         if not 0 <= self.ema < 1:
             raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {self.ema}")
         from vi.pipelines.showhowto.generator_model import resolve_source  # torch: only once options are checked

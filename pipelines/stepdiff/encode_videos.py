@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core import media
-from vi.core.config import internal, option
+from vi.core.config import check_choice, internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
@@ -64,8 +64,7 @@ class EncodeConfig:
     def __post_init__(self) -> None:
         if self.chunk_size < 1 or self.batch_size < 1:
             raise ValueError("--chunk-size and --batch-size must be at least 1")
-        if self.store_dtype not in STORE_DTYPES:
-            raise ValueError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}, got {self.store_dtype!r}")
+        check_choice("--store-dtype", self.store_dtype, STORE_DTYPES)
         if self.store.exists() and not self.store.is_dir():
             raise ValueError(f"--store {self.store} is a file; give a folder (made where absent)")
         object.__setattr__(self, "placement", resolve_placement(self.device, self.dtype, engine="torch"))

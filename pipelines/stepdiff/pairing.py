@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vi.core.config import option
+from vi.core.config import check_choice, option
 from vi.core.devices import resolve_placement
 from vi.core.models import text_embedding
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
@@ -83,10 +83,8 @@ class PairConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.match not in MATCHES:
-            raise ValueError(f"--match must be one of {', '.join(MATCHES)}, got {self.match!r}")
-        if self.order not in ORDERS:
-            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        check_choice("--match", self.match, MATCHES)
+        check_choice("--order", self.order, ORDERS)
         if not -1 <= self.threshold <= 1 or not -1 <= (self.dedupe_threshold or 0) <= 1:
             raise ValueError("--threshold and --dedupe-threshold are cosine similarities, in [-1, 1]")
         if self.max_pairs_per_keystep is not None and self.max_pairs_per_keystep < 1:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vi.core.config import check_choice
+
 PAIR_SYSTEM = ("You are a helpful AI assistant that answers questions about a pair of videos. Answer in a single "
                "sentence. Here is the first video: {reference}. Here is the second video: {candidate}.")
 TEMPLATES = ("auto", "chat", "llama2")
@@ -52,8 +54,7 @@ class PromptFormat:
     """How one tokenizer's model is prompted: its chat template, or the Llama-2 format."""
 
     def __init__(self, tokenizer, template: str = "auto"):
-        if template not in TEMPLATES:
-            raise ValueError(f"--template must be one of {', '.join(TEMPLATES)}, got {template!r}")
+        check_choice("--template", template, TEMPLATES)
         if template == "chat" and not getattr(tokenizer, "chat_template", None):
             raise ValueError("--template chat: this LLM's tokenizer has no chat template; use llama2")
         self.tokenizer = tokenizer

@@ -209,5 +209,5 @@ def test_with_missing_keep_a_reply_still_lacking_a_frame_keeps_the_captions_it_g
     field = always["captions_weak"]
     assert [(i["frame"], i["text"]) for i in field["items"]] == [(0, "caption 1 of 2")] and field["missing"] == [1]
     assert "no caption for <Frame 2> (frames [1]), also after one retry; kept without" in field["repairs"][-1]
-    with pytest.raises(ValueError, match="--missing 'skip': give error or keep"):
+    with pytest.raises(ValueError, match="--missing must be one of error, keep, got 'skip'"):
         cf.CaptionConfig(vlm="offline", missing="skip")
