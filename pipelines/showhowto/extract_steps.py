@@ -210,7 +210,8 @@ class ExtractConfig(LLMConfig):
         "the last line a step cites (default); said, after the last line a step's words are said on where that "
         "is later (with --segmentation filtered and --grounding said; elsewhere cited). The 1.5B model cites "
         "early: a full reply whose steps run to the narration's end in words can cite its middle, and the lines "
-        "asked for again are written twice (blind set 30's risotto, evaluation/showhowto/RESULTS.md)."))
+        "asked for again are written twice (blind set 30's risotto). Not the default: on blind set 31 it wrote "
+        "fewer stray steps but one closing line as a step more (evaluation/showhowto/RESULTS.md)."))
     drop_remarks: bool = option(True, help=(  # step_remarks.py says why and how
         "With --segmentation filtered, each written step's text is scored as the model's reply to two "
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
