@@ -69,10 +69,11 @@ from vi.pipelines.common.transcript_text import Segment, is_speech, speech_segme
 from vi.pipelines.showhowto.filter_instructional import FilterConfig, classify
 from vi.pipelines.showhowto.narration_labels import Rereading, label_lines, read_by_likelihood, step_runs
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
-from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps, copies_talk,
-                                                   drop_talk, fold_copies, line_number)
+from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps,
+                                                   copied_talk_lines, copies_talk, drop_talk, fold_copies,
+                                                   line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
-from vi.pipelines.showhowto.step_remarks import drop_remarks, instruction_scores
+from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, drop_remarks, instruction_scores
 from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
@@ -217,6 +218,14 @@ class ExtractConfig(LLMConfig):
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
         "greeting); a step likelier as a remark by more than 2 nats (a factor e²) is dropped and listed in "
         "repairs. Needs a backend that scores text (llama.cpp); others keep every step."))
+    read_listed_talk: bool = option(False, help=(  # listed_talk says why
+        "With --segmentation filtered, a chunk's steps are taken as the narration listed line by line (and a "
+        "step copying a line labelled MORE is folded into the step before) only where a copied line labelled "
+        "talk among them also reads as talk: scored as --drop-remarks scores steps, one likelier as an action "
+        "by more than 2 nats does not count. The 1.5B label pass can call a brief instruction talk (\"chill at "
+        "least one hour\"), and a clean clip's copied actions were then folded into one another (blind set 31's "
+        "garlic butter: 4 steps for 7). Off until a blind set decides (evaluation/showhowto/RESULTS.md). Needs "
+        "a backend that scores text (llama.cpp); others count every copied talk line."))
     drop_previews: bool = option(True, help=(  # step_summaries.py says why and how
         "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
         "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
@@ -702,8 +711,8 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
     previews = "dropped" if config.drop_previews else "kept"
-    method = {"grounding": config.grounding, "remarks": remarks, "previews": previews} \
-        if config.segmentation == "filtered" else {}
+    method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
+              "read_listed_talk": config.read_listed_talk} if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
         method["rest_after"] = ("said" if config.rest_after_said else "cited") if config.ask_rest else None
@@ -750,6 +759,26 @@ def labelled_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     return steps_output(record, config, plan, titles, cited, repairs, labels)
 
 
+def listed_talk(plan: RecordPlan, config: ExtractConfig, steps: list, labels: dict[int, str], notes: list[str]
+                ) -> bool:
+    """Whether the model's steps copy a line labelled TALK from between them: it listed the narration, talk
+    and all. With --read-listed-talk a copied line that reads as an action by more than the remark margin
+    does not count: the label is wrong there (a brief "chill at least one hour" called talk), and taking a
+    clean clip's copied actions as a listing folds its steps into one another by their MORE labels."""
+    lines = copied_talk_lines(steps, labels, plan.texts)
+    if not (lines and config.read_listed_talk):
+        return bool(lines)
+    scores = instruction_scores(plan.llm, plan.title, [plan.texts[n - 1] for n in lines])
+    if scores is None:
+        return True
+    actions = [(n, score) for n, score in zip(lines, scores, strict=True) if score > REMARK_MARGIN]
+    if len(actions) < len(lines):
+        return True
+    notes += [f"{plan.names(n)}: labelled talk and copied as a step, but reads as an action ({score:+.1f} nats "
+              "as an action against as a remark): not taken as the narration listed" for n, score in actions]
+    return False
+
+
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
     """--segmentation filtered: the model's steps, each placed where its words are said
     (--grounding said), those on TALK lines only dropped; the labelled runs no step of the model's
@@ -772,7 +801,7 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
             # record was not screened; a vlog's lines about the day are copied, its greeting too)?
             if not isinstance(verdict, dict):
                 verdict = screen_record(record, config, f"{copied} of its {counted} steps")
-        if mostly_copied and copies_talk(steps, chunk_labels, plan.texts):
+        if mostly_copied and listed_talk(plan, config, steps, chunk_labels, notes):
             # it listed the lines, talk from between the steps too: the labels say where a step ends
             notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines were "
                          "narration lines copied word for word, talk among its steps too (it listed the "
@@ -824,9 +853,9 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, ask_rest, rest_after, talk_probe, start_probe, opening_probe, opening, "
-           "closing, after_talk, after_more, chunks, repairs, line_labels}: each step's first and last transcript "
-           "line, where "
+           "grounding, remarks, previews, read_listed_talk, ask_rest, rest_after, talk_probe, start_probe, "
+           "opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: each step's "
+           "first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "
            "alike); in temporal order; "

@@ -204,6 +204,13 @@ def is_copy(text: str, line: str) -> bool:
 
 def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anywhere: bool = False) -> bool:
     """Whether one of `steps` copies, word for word, a line the label pass calls TALK that it
+    cites (copied_talk_lines says which)."""
+    return bool(copied_talk_lines(steps, labels, texts, anywhere))
+
+
+def copied_talk_lines(steps: list[Any], labels: dict[int, str], texts: list[str], anywhere: bool = False
+                      ) -> list[int]:
+    """The lines (numbered from 1) that `steps` copy, word for word, of those the label pass calls TALK that it
     cites, from between the steps (an aside, a price: a line with non-talk lines before and after
     it): the model listed the narration, talk and all, rather than choosing the action lines. A
     greeting or closing line copied as a first or last step is not counted: a model writing the
@@ -217,7 +224,8 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anyw
     elif spoken:
         inside = range(spoken[0] + 1, spoken[-1])
     else:  # no line but talk: nothing lies between steps
-        return False
+        return []
+    found: set[int] = set()
     for step in steps:
         if not isinstance(step, dict):
             continue
@@ -226,10 +234,9 @@ def copies_talk(steps: list[Any], labels: dict[int, str], texts: list[str], anyw
         if first is None or last is None or not text.strip():
             continue
         first, last = min(first, last), max(first, last)
-        if any(labels.get(n) == "TALK" and n in inside and n <= len(texts) and is_copy(text, texts[n - 1])
-               for n in range(first, last + 1)):
-            return True
-    return False
+        found.update(n for n in range(first, last + 1)
+                     if labels.get(n) == "TALK" and n in inside and n <= len(texts) and is_copy(text, texts[n - 1]))
+    return sorted(found)
 
 
 def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str],

@@ -601,6 +601,55 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
 
 
+BUTTER = {"id": "butter", "title": "Garlic herb butter", "duration": 26.0, "transcript": {"segments": [
+    {"start": 0.5, "end": 4.0, "text": " start with one stick of softened butter"},
+    {"start": 4.5, "end": 8.0, "text": " mince two cloves of garlic"},
+    {"start": 8.5, "end": 12.0, "text": " chop a handful of parsley"},
+    {"start": 12.5, "end": 16.0, "text": " mix them into the butter"},
+    {"start": 16.5, "end": 20.0, "text": " chill it for at least one hour"},
+    {"start": 20.5, "end": 24.0, "text": " slice it onto warm bread"}]}}
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_clean_clip_whose_brief_instruction_is_labelled_talk_keeps_its_steps_with_read_listed_talk(
+        read, monkeypatch):
+    """Blind set 31's garlic butter: one short action per line, the 1.5B label pass calling the lines after
+    the first MORE and "chill at least one hour" TALK, the model copying every line. The copied TALK line
+    between the steps made the reply read as the narration listed, and the copies of MORE lines were folded
+    into the first step. With --read-listed-talk that line is scored first: it reads as an action, so the
+    copies are the model's chosen steps and stay (the TALK line itself is still dropped as talk)."""
+    labels = ["STEP", "MORE", "MORE", "MORE", "TALK", "MORE"]
+    llm = RemarkScoringLLM(labels, lambda lines: [{"first_line": n, "last_line": n, "text": text}
+                                                  for n, text in enumerate(lines, 1)], remarks=set())
+    use_llm(llm, monkeypatch)
+    steps = es.extract(BUTTER, es.ExtractConfig(llm="smollm2-135m", grounding="cited",
+                                                read_listed_talk=read))["steps"]
+    assert steps["read_listed_talk"] is read
+    if not read:  # the mechanism matters: without it the four actions are one step (its words line 0's)
+        assert [s["lines"] for s in steps["items"]] == [[0, 0], [5, 5]]
+        assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 3
+        return
+    assert [s["lines"] for s in steps["items"]] == [[0, 0], [1, 1], [2, 2], [3, 3], [5, 5]]
+    assert "segment 4: labelled talk and copied as a step, but reads as an action (+10.0 nats as an action " \
+           "against as a remark): not taken as the narration listed" in steps["repairs"]
+    assert not any("copies a line labelled MORE" in r for r in steps["repairs"])
+
+
+def test_a_listed_narration_whose_copied_talk_reads_as_talk_is_still_folded_with_read_listed_talk(monkeypatch):
+    """The failure the fold is for (every line of bike_tyre copied, the phone call among them) with
+    --read-listed-talk: the copied phone call reads as a remark, so the reply is the narration listed and the
+    copies of MORE lines are folded as without the option: the true steps, on their lines."""
+    record = TRANSCRIPTS["bike_tyre"]
+    labels = truth_labels(record)
+    talk = {s["text"].strip() for s, label in zip(record["transcript"]["segments"], labels) if label == "TALK"}
+    llm = RemarkScoringLLM(labels, lambda lines: [{"first_line": n, "last_line": n, "text": text}
+                                                  for n, text in enumerate(lines, 1)], remarks=talk)
+    use_llm(llm, monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", read_listed_talk=True))["steps"]
+    assert [s["lines"] for s in steps["items"]] == [t["lines"] for t in record["truth"]["steps"]]
+    assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 6
+
+
 def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     """Each stage option the quality script passes through is a flag built from ExtractConfig's field (its
     spelling, help and default said once, there); one left out keeps the stage's default (None here)."""
@@ -613,7 +662,7 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
-        "rest_after": None}
+        "rest_after": None, "read_listed_talk": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
