@@ -601,13 +601,16 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
 
 
-BUTTER = {"id": "butter", "title": "Garlic herb butter", "duration": 26.0, "transcript": {"segments": [
-    {"start": 0.5, "end": 4.0, "text": " start with one stick of softened butter"},
-    {"start": 4.5, "end": 8.0, "text": " mince two cloves of garlic"},
-    {"start": 8.5, "end": 12.0, "text": " chop a handful of parsley"},
-    {"start": 12.5, "end": 16.0, "text": " mix them into the butter"},
-    {"start": 16.5, "end": 20.0, "text": " chill it for at least one hour"},
-    {"start": 20.5, "end": 24.0, "text": " slice it onto warm bread"}]}}
+def spoken(record_id: str, title: str, lines: list[str], every: float = 4.0) -> dict:
+    """A record whose transcript says `lines`, one every `every` seconds."""
+    segments = [{"start": n * every + 0.5, "end": (n + 1) * every, "text": f" {text}"} for n, text in enumerate(lines)]
+    return {"id": record_id, "title": title, "duration": len(lines) * every + 2,
+            "transcript": {"segments": segments}}
+
+
+BUTTER = spoken("butter", "Garlic herb butter", [
+    "start with one stick of softened butter", "mince two cloves of garlic", "chop a handful of parsley",
+    "mix them into the butter", "chill it for at least one hour", "slice it onto warm bread"])
 
 
 @pytest.mark.parametrize("read", [False, True])
