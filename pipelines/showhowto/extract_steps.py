@@ -61,7 +61,7 @@ from vi.core.records import finite_number
 from vi.core.config import check_choice, internal, option
 from vi.core.devices import resolve_placement
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
-from vi.core.models.chat import LLMConfig, LLMSettings, check_llm
+from vi.core.models.chat import LLMConfig, LLMSettings, check_llm, gives_likelihoods
 from vi.core.seeding import record_seed
 from vi.core.stream import RecordStage
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
@@ -712,7 +712,9 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         extra["line_labels"] = line_labels
     previews = "dropped" if config.drop_previews else "kept"
     method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
-              "read_listed_talk": config.read_listed_talk} if config.segmentation == "filtered" else {}
+              # whether a copied talk line was read before the copies were folded (a server scores nothing)
+              "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm)
+              } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
         method["rest_after"] = ("said" if config.rest_after_said else "cited") if config.ask_rest else None
