@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vi.core.config import option
+from vi.core.config import check_choice, option
 from vi.core.progress import log, make_progress, stderr
 
 CHECKPOINTS, LOG, STATE = "checkpoints", "log.jsonl", "trainer_state.json"
@@ -103,8 +103,7 @@ def make_accelerator(device: str = "auto", mixed_precision: str = "auto"):
     cpu = on_cpu(device)
     if mixed_precision == "auto":
         mixed_precision = "no" if cpu else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
-    if mixed_precision not in PRECISIONS:
-        raise ValueError(f"--mixed-precision must be auto, no, bf16 or fp16, got {mixed_precision!r}")
+    check_choice("--mixed-precision", mixed_precision, PRECISIONS)
     return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
 
 

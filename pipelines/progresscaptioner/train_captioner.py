@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import internal, option, with_default
+from vi.core.config import check_choice, internal, option, with_default
 from vi.core.models.catalog import DEFAULT_VLM  # the paper's base (its 7B OneVision)
 from vi.core.progress import log
 from vi.core.training import (CHECKPOINTS, DATA, LOG, MODEL, OPTIM, RunConfig, RunLog, claim_run, on_cpu,
@@ -84,8 +84,7 @@ class CaptionerTrainConfig(RunConfig):
 
     def check(self) -> None:
         super().check()
-        if self.method not in PAPER_LR:
-            raise ValueError(f"--method must be sft or dpo, got {self.method!r}")
+        check_choice("--method", self.method, PAPER_LR)
         if not self.data.is_file():
             raise ValueError(f"--data {self.data}: no such file")
         if self.val is not None and not self.val.is_file():

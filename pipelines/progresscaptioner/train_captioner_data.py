@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vi.core.config import check_choice
+
 METHOD_KEYS = {"sft": ("completion",), "dpo": ("chosen", "rejected")}
 TRAIN, HELDOUT = "train", "heldout"
 # Parameter names of the vision encoders of the supported families (LLaVA-OneVision's SigLIP, Qwen2-VL's
@@ -25,8 +27,7 @@ PROJECTOR_PARTS = (".visual.merger.",)
 def read_records(path: Path, method: str, split: str | None) -> list[dict]:
     """The records of `path` for `method` whose `split` is `split` (None: all), checked, with their images as
     absolute paths. A bad line is a ValueError naming the file and line."""
-    if method not in METHOD_KEYS:
-        raise ValueError(f"--method must be sft or dpo, got {method!r}")
+    check_choice("--method", method, METHOD_KEYS)
     base = path.parent
     out = []
     with path.open(encoding="utf-8") as lines:
