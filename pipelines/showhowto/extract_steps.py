@@ -73,7 +73,7 @@ from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cit
                                                    copied_talk_lines, copies_talk, drop_talk, fold_copies,
                                                    line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
-from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, drop_remarks, instruction_scores
+from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, drop_remarks, instruction_scores, step_readings
 from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
@@ -218,6 +218,13 @@ class ExtractConfig(LLMConfig):
         "requests, one action of the task or a remark (a comment on the result, a story, a tip, a recap, a "
         "greeting); a step likelier as a remark by more than 2 nats (a factor e²) is dropped and listed in "
         "repairs. Needs a backend that scores text (llama.cpp); others keep every step."))
+    read_requests: bool = option(False, help=(  # step_remarks.py says why
+        "With --drop-remarks, each written step's text is also scored as the reply to a request for something "
+        "the narrator asks the viewers to do on the video's page or channel (comment, like, subscribe, share, "
+        "tag), and a step likelier as that than as an action by more than 2 nats is dropped too. The 1.5B "
+        "model reads such a closing as an action the viewer carries out, not as a remark (blind set 31's "
+        "\"Let me know in the comments how often you reseal yours\"). Off until blind set 33 decides it "
+        "(evaluation/showhowto/RESULTS.md)."))
     read_listed_talk: bool = option(False, help=(  # listed_talk says why
         "With --segmentation filtered, a chunk's steps are taken as the narration listed line by line (and a "
         "step copying a line labelled MORE is folded into the step before) only where a copied line labelled "
@@ -713,6 +720,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
         extra["line_labels"] = line_labels
     previews = "dropped" if config.drop_previews else "kept"
     method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
+              "read_requests": config.read_requests and remarks == "scored",  # false where nothing was scored
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm)
               } if config.segmentation == "filtered" else {}
@@ -825,9 +833,9 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs, plan.names)
     remarks = None
     if config.drop_remarks and kept:
-        scores = instruction_scores(plan.llm, plan.title, [text for _, _, text in kept])
-        if scores is not None:
-            kept, remarks = drop_remarks(kept, scores, repairs, plan.names), "scored"
+        readings = step_readings(plan.llm, plan.title, [text for _, _, text in kept], config.read_requests)
+        if readings is not None:
+            kept, remarks = drop_remarks(kept, readings, repairs, plan.names), "scored"
     if config.reads_previews and kept:  # last: a preview is told by the steps that stay
         kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names)
     if cited and not kept:
@@ -856,8 +864,9 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_listed_talk, ask_rest, rest_after, talk_probe, start_probe, "
-           "opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: each step's "
+           "grounding, remarks, previews, read_requests, read_listed_talk, ask_rest, rest_after, talk_probe, "
+           "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
+           "each step's "
            "first and last transcript line, where "
            "its words are said (--grounding said) or as the model cited them, and its times are those "
            "lines' ([cyan]lines[/cyan]: their indices in transcript.segments, from 0; repairs say 'segment N' "

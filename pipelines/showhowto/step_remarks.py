@@ -13,6 +13,12 @@ scored as the model's reply to two requests that differ only in what they ask fo
 remark by more than REMARK_MARGIN is dropped and listed in `steps.repairs`. A leaning to one request has no
 say of its own: both score the same words, and only how well they fit each moves the score. Needs a backend
 that scores text (llama.cpp); a server or transformers backend keeps every step.
+
+A call to the viewers ("Let me know in the comments how often you reseal yours") is not read as a remark: it is an
+action the viewer carries out, and the 1.5B model read it +10.5 nats likelier as the reply to the request for an
+action (blind set 31's granite counters); adding it to the remark request's list did not move it (+7.1). So
+`requests` scores it against a request of its own (extract_steps_request.txt): the step's score is the action's
+log-likelihood less that of the likelier of the two other requests, and the repair names which it read as.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from functools import cache
 from vi.core.models.chat import ChatBackend, fresh_context, gives_likelihoods
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
-HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_remark"}
+HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_remark",
+              "request": "extract_steps_request"}
+READ_AS = {"remark": "a remark", "request": "a request to the viewers"}  # what a dropped step reads as, by hypothesis
 # Dropping a true step costs more than keeping a remark, so a step goes only when its text is likelier as a
 # remark by more than this (2 nats: a factor e²). On held-out sets 5-7 (spent), with qwen2.5-coder-1.5b, margins of
 # 0, 1 and 2 nats kept recall by line at 0.83/0.83/0.82, 0.85/0.83/0.84 and 0.85/0.83/0.84 (none: 0.85,
@@ -39,35 +47,50 @@ REMARK_MARGIN = 2.0
 
 @cache
 def hypothesis_prompts() -> dict[str, ChatPrompt]:
-    """The two packaged requests (HYPOTHESES), read once per process."""
+    """The packaged requests (HYPOTHESES), read once per process."""
     return {name: load_prompt(template, needs=("title",)) for name, template in HYPOTHESES.items()}
+
+
+def step_readings(llm: ChatBackend, title: str, texts: Sequence[str], requests: bool = False
+                  ) -> list[tuple[float, str]] | None:
+    """For each written step, (log P(text | an action) - log P(text | the likelier other request), that
+    request's name): the others are a remark, and with `requests` a request to the viewers too. In nats;
+    None where the backend does not score text."""
+    if not gives_likelihoods(llm):
+        return None
+    others = ("remark", "request") if requests else ("remark",)
+    # One request at a time, all texts as its options: the request's prompt is evaluated once and each text
+    # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
+    # the time). In an emptied context: llama.cpp's numbers move with what its cache holds, and a record's steps
+    # must not depend on the record before it (--resume, --shard). The action and remark requests come first,
+    # so their numbers are the same with `requests` as without.
+    prompts = hypothesis_prompts()
+    with fresh_context(llm):
+        log_probs = {name: llm.option_log_probs(prompts[name].render(title=title), list(texts))
+                     for name in ("action", *others)}
+    readings = []
+    for k, action in enumerate(log_probs["action"]):
+        against = max(others, key=lambda name: log_probs[name][k])  # the first on a tie: the remark
+        readings.append((round(float(action) - float(log_probs[against][k]), 3), against))
+    return readings
 
 
 def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> list[float] | None:
     """log P(text | an action) - log P(text | a remark) for each written step, in nats; None where the
     backend does not score text."""
-    if not gives_likelihoods(llm):
-        return None
-    # One request at a time, all texts as its options: the request's prompt is evaluated once and each text
-    # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
-    # the time). In an emptied context: llama.cpp's numbers move with what its cache holds, and a record's steps
-    # must not depend on the record before it (--resume, --shard).
-    with fresh_context(llm):
-        log_probs = {name: llm.option_log_probs(prompt.render(title=title), list(texts))
-                     for name, prompt in hypothesis_prompts().items()}
-    return [round(float(action) - float(remark), 3)
-            for action, remark in zip(log_probs["action"], log_probs["remark"], strict=True)]
+    readings = step_readings(llm, title, texts)
+    return None if readings is None else [score for score, _ in readings]
 
 
-def drop_remarks(steps: list[tuple[int, int, str]], scores: Sequence[float], repairs: list[str], names,
+def drop_remarks(steps: list[tuple[int, int, str]], readings: Sequence[tuple[float, str]], repairs: list[str], names,
                  margin: float = REMARK_MARGIN) -> list[tuple[int, int, str]]:
-    """`steps` (first line, last line, text) less those whose score says remark by more than `margin`; each
-    dropped one is listed in `repairs`."""
+    """`steps` (first line, last line, text) less those whose reading (step_readings) says a remark or a request
+    by more than `margin`; each dropped one is listed in `repairs`."""
     kept = []
-    for (first, last, text), score in zip(steps, scores, strict=True):
+    for (first, last, text), (score, against) in zip(steps, readings, strict=True):
         if score < -margin:
-            repairs.append(f"step {text!r}: {names(first, last)} reads as a remark, not an action of the task "
-                           f"({score:+.1f} nats as an action against as a remark), dropped")
+            repairs.append(f"step {text!r}: {names(first, last)} reads as {READ_AS[against]}, not an action of the "
+                           f"task ({score:+.1f} nats as an action against as a {against}), dropped")
             continue
         kept.append((first, last, text))
     return kept

@@ -601,6 +601,59 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert remark in [s["text"] for s in unscored["items"]] and unscored["remarks"] is None
 
 
+class RequestScoringLLM(CopyingLLM):
+    """CopyingLLM with likelihoods where a call to the viewers reads as the 1.5B model read blind set 31's: likelier
+    as an action (the viewer carries it out) than as a remark, and likeliest as a request to the viewers."""
+
+    def __init__(self, labels: list[str], steps_for, calls: set[str]):
+        super().__init__(labels, steps_for)
+        self.calls, self.asked = calls, []
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        ask = messages[-1]["content"]
+        kind = ("remark" if "not an action of the task" in ask else
+                "request" if "asks the viewers" in ask else "action")
+        self.asked.append(kind)
+        scores = {"action": (-15.0, -10.0), "remark": (-20.0, -20.0), "request": (-5.0, -25.0)}[kind]
+        return [scores[0] if text in self.calls else scores[1] for text in options]
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_call_to_the_viewers_is_dropped_as_a_request_with_read_requests(read, monkeypatch):
+    """Blind set 31's granite counters: "Let me know in the comments how often you reseal yours" written as the
+    last step, read +10.5 nats likelier as an action than as a remark, so --drop-remarks keeps it. With
+    --read-requests each step is also read against a request to the viewers, and the call is dropped as one; the
+    true steps, likelier as actions than as either, stay."""
+    record = TRANSCRIPTS["bike_tyre"]
+    call = "Don't forget to subscribe to the channel."  # the clip's last line, in other words
+
+    def steps_for(lines):
+        return own_words(record) + [{"first_line": len(lines), "last_line": len(lines), "text": call}]
+
+    labels = truth_labels(record)[:-1] + ["MORE"]  # the label pass lets the closing line through, as there
+    llm = RequestScoringLLM(labels, steps_for, {call})
+    use_llm(llm, monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_requests=read))["steps"]
+    texts = [s["text"] for s in steps["items"]]
+    assert steps["remarks"] == "scored" and steps["read_requests"] is read
+    assert [t for t in texts if t.startswith("Step ")] == [f"Step {k} in other words." for k in range(1, 7)]
+    if not read:  # the mechanism matters: read against a remark alone, the call is a step
+        assert call in texts and set(llm.asked) == {"action", "remark"}
+        return
+    assert call not in texts and set(llm.asked) == {"action", "remark", "request"}
+    assert any(r.startswith(f"step {call!r}: segment ") and r.endswith(
+        "reads as a request to the viewers, not an action of the task (-10.0 nats as an action against as a "
+        "request), dropped") for r in steps["repairs"])
+
+
+def test_read_requests_claims_nothing_where_the_backend_scores_no_text(monkeypatch):
+    """A server scores no text: no step is read, and the record says so (remarks null, read_requests false)."""
+    record = TRANSCRIPTS["bike_tyre"]
+    use_llm(CopyingLLM(truth_labels(record), lambda lines: own_words(record)), monkeypatch)
+    steps = es.extract(record, es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_requests=True))["steps"]
+    assert steps["remarks"] is None and steps["read_requests"] is False
+
+
 def spoken(record_id: str, title: str, lines: list[str], every: float = 4.0) -> dict:
     """A record whose transcript says `lines`, one every `every` seconds."""
     segments = [{"start": n * every + 0.5, "end": (n + 1) * every, "text": f" {text}"} for n, text in enumerate(lines)]
@@ -665,7 +718,7 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
-        "rest_after": None, "read_listed_talk": None}
+        "rest_after": None, "read_listed_talk": None, "read_requests": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
@@ -742,3 +795,24 @@ def test_a_full_reply_that_cites_early_has_the_rest_asked_after_its_words_with_r
         return
     assert len(asked) == 2 and asked[1] == lines[cap:]  # the lines after the last citation, asked again
     assert f"{full}: asked again for segments {cap}-19, 5 steps" in steps["repairs"]
+
+
+def test_remark_quality_counts_what_the_stage_would_drop(tmp_path):
+    """The texts script reads each hand-labelled step as the stage does (step_readings) and counts the drops by
+    kind and form: here a call to the viewers kept without --read-requests and dropped with it, an action kept."""
+    from vi.evaluation.showhowto import remark_quality as rq
+
+    call, action = "Don't forget to subscribe to the channel.", "Pump the tyre up."
+    data = tmp_path / "texts.jsonl"
+    data.write_text(json.dumps({"id": "tyre", "title": "Fix a flat", "texts": [
+        {"text": action, "kind": "action", "form": "action"},
+        {"text": call, "kind": "remark", "form": "cta"}]}) + "\n")
+    llm = RequestScoringLLM(["STEP"], None, {call})
+    for requests, dropped in ((False, "0/1"), (True, "1/1")):
+        rows = rq.read_videos(llm, rq.read_texts(data), requests)
+        assert [(r["text"], r["dropped"]) for r in rows] == [(action, False), (call, requests)]
+        table = rq.report(rows)
+        assert f"| remark: cta | {dropped} |" in table and "| action | 0/1 |" in table
+    data.write_text(json.dumps({"id": "tyre", "title": "Fix a flat", "texts": [{"text": action, "kind": "step"}]}))
+    with pytest.raises(SystemExit, match="video tyre: text 'Pump the tyre up.' has kind 'step'"):
+        rq.read_texts(data)
