@@ -333,6 +333,27 @@ def test_the_default_model_scores_actions_above_remarks_written_for_this_test():
     assert min(scores[:4]) > 1.0 and max(scores[4:]) < -REMARK_MARGIN, scores
 
 
+def test_the_default_model_reads_calls_to_the_viewers_as_requests_written_for_this_test():
+    """--read-requests with the embedded default model: on step-list lines written for this test (not from any
+    measured set), a closing's calls to the viewers are kept when read against a remark alone (the model takes
+    them for actions the viewer carries out) and dropped when read against a request to the viewers too; the
+    actions stay either way."""
+    from vi.core.models.catalog import DEFAULT_LLM
+    from vi.core.models.chat import LLMSettings, load_llm
+    from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, step_readings
+
+    actions = ["Shift onto the smallest cog at the back.", "Push the old pin out with the chain tool.",
+               "Thread the new chain through the rear derailleur.", "Join the two ends with the quick link."]
+    calls = ["Tag me in a photo of your bike.", "Tell me below how many miles your old chain had.",
+             "Hit like and subscribe for more bike fixes."]
+    llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=1024, threads=2))
+    remark_only = step_readings(llm, "How to Replace a Bike Chain", actions + calls)
+    both = step_readings(llm, "How to Replace a Bike Chain", actions + calls, requests=True)
+    assert min(score for score, _ in both[:4]) > -REMARK_MARGIN, both
+    assert all(score < -REMARK_MARGIN and against == "request" for score, against in both[4:]), both
+    assert any(score >= -REMARK_MARGIN for score, _ in remark_only[4:]), remark_only  # the mechanism matters
+
+
 def test_remark_scores_do_not_depend_on_what_the_model_evaluated_before():
     """A record's --drop-remarks scores are the same whatever the model evaluated before it (the record before
     in a shard, or none after --resume). llama.cpp's numbers move with how its cache was filled: here the cache
