@@ -1,19 +1,20 @@
 """`vi extract-steps --drop-remarks` on written step lists whose lines are known actions or remarks.
 
     python -m vi.evaluation.showhowto.remark_quality --data evaluation/showhowto/heldout/remark_texts_33.jsonl
-                                                     [--llm qwen2.5-coder-1.5b] [--read-requests] [--save F]
+                                                     [--llm qwen2.5-coder-1.5b] [--no-read-requests] [--save F]
 
 Each line of the data is one video: {"id", "title", "texts": [{"text", "kind": "action" | "remark", "form"}]},
 one line of a written step list each. Every video's texts are read as the stage reads the steps it wrote
 (step_remarks.step_readings, the video's title in the requests), and a text is dropped as the stage would drop it
 (more than REMARK_MARGIN nats likelier as a remark, or with --read-requests as a request to the viewers, than as
-an action). Printed: how many of each kind and form are dropped; an action dropped is a true step lost, a remark
-kept is a stray step written.
+an action; the stage's default). Printed: how many of each kind and form are dropped; an action dropped is a
+true step lost, a remark kept is a stray step written.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -67,15 +68,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="a texts file (heldout/remark_texts_N.jsonl)")
     parser.add_argument("--llm", default=DEFAULT_LLM, help=f"an embedded LLM alias or .gguf (default: {DEFAULT_LLM})")
-    parser.add_argument("--read-requests", action="store_true",
-                        help="read each text as vi extract-steps --read-requests does")
+    stage_default = {f.name: f.default for f in dataclasses.fields(ExtractConfig)}["read_requests"]
+    parser.add_argument("--read-requests", action=argparse.BooleanOptionalAction, default=stage_default,
+                        help=f"read each text as vi extract-steps --read-requests does (default: the stage's own, "
+                             f"{stage_default})")
     parser.add_argument("--save", type=Path, help="write every text's reading to this JSONL file")
     args = parser.parse_args(argv)
     videos = read_texts(args.data)
     rows = read_videos(ExtractConfig(llm=args.llm).load_llm(), videos, args.read_requests)
     if args.save:
         args.save.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"{args.llm}, {args.data.name}, --drop-remarks{' --read-requests' if args.read_requests else ''}")
+    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if args.read_requests else 'no-'}read-requests")
     print(report(rows))
 
 

@@ -591,8 +591,9 @@ def test_a_step_that_reads_as_a_remark_is_dropped_where_the_labels_let_it_throug
     assert steps["remarks"] == "scored"
     assert f"step {remark!r}: segment 10 reads as a remark, not an action of the task (-10.0 nats as an action " \
            "against as a remark), dropped" in steps["repairs"]
-    # each kept step's text scored under both requests, which name the video
-    assert sorted(asks for asks, *_ in llm.scored) == [False] * 7 + [True] * 7
+    # each kept step's text scored under the three requests (an action, a remark, a request to the viewers),
+    # which name the video
+    assert sorted(asks for asks, *_ in llm.scored) == [False] * 14 + [True] * 7
     assert all(first == f"Video: {record['title']}" for *_, first in llm.scored)
     # the mechanism matters: without it, or where nothing is scored, the remark is a step
     kept = extract(RemarkScoringLLM(truth_labels(record), steps_for, {remark}), drop_remarks=False)
