@@ -277,13 +277,13 @@ STAGE_OPTIONS = ("talk_probe", "start_probe", "drop_remarks", "drop_previews", "
                  "after_more", "ask_rest", "rest_after", "read_listed_talk", "read_requests")
 
 
-def add_stage_options(parser: argparse.ArgumentParser) -> None:
-    """One flag per STAGE_OPTIONS field of ExtractConfig, built from the field: a bool as --x / --no-x."""
+def add_stage_options(parser: argparse.ArgumentParser, names: Sequence[str] = STAGE_OPTIONS) -> None:
+    """One flag per `names` field of ExtractConfig, built from the field: a bool as --x / --no-x."""
     from vi.core.config import cli_fields, long_flag
     from vi.pipelines.showhowto.extract_steps import ExtractConfig
 
     fields = {f.name: f for f in cli_fields(ExtractConfig)}
-    for name in STAGE_OPTIONS:
+    for name in names:
         field = fields[name]
         flag = long_flag(field).split("/")[0]  # a bool's own "--x/--no-x": argparse's action adds the --no-
         what = f"vi extract-steps {flag} (default: the stage's own, {field.default}). " + field.metadata["help"]

@@ -14,13 +14,13 @@ true step lost, a remark kept is a stray step written.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from vi.core.models.catalog import DEFAULT_LLM
+from vi.evaluation.showhowto.extract_quality import add_stage_options
 
 CLOSING = ("cta", "invitation", "signoff")  # the remark forms a video's closing words take
 
@@ -68,17 +68,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="a texts file (heldout/remark_texts_N.jsonl)")
     parser.add_argument("--llm", default=DEFAULT_LLM, help=f"an embedded LLM alias or .gguf (default: {DEFAULT_LLM})")
-    stage_default = {f.name: f.default for f in dataclasses.fields(ExtractConfig)}["read_requests"]
-    parser.add_argument("--read-requests", action=argparse.BooleanOptionalAction, default=stage_default,
-                        help=f"read each text as vi extract-steps --read-requests does (default: the stage's own, "
-                             f"{stage_default})")
+    add_stage_options(parser, ("read_requests",))  # the stage's own flag, help and default
     parser.add_argument("--save", type=Path, help="write every text's reading to this JSONL file")
     args = parser.parse_args(argv)
     videos = read_texts(args.data)
-    rows = read_videos(ExtractConfig(llm=args.llm).load_llm(), videos, args.read_requests)
+    named = {} if args.read_requests is None else {"read_requests": args.read_requests}  # else the stage's default
+    config = ExtractConfig(llm=args.llm, **named)
+    rows = read_videos(config.load_llm(), videos, config.read_requests)
     if args.save:
         args.save.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if args.read_requests else 'no-'}read-requests")
+    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if config.read_requests else 'no-'}read-requests")
     print(report(rows))
 
 
