@@ -10,6 +10,7 @@ ready made, and still declares its own parameters (a positional path, say) the u
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import types
 import typing
@@ -21,7 +22,7 @@ from vi.core.config import MISSING, cli_fields, long_flag
 
 ALIAS_PREFIX = "alias__"  # the hidden parameters that carry an option's old spelling
 _OWN_KEYS = ("help", "panel", "flag", "short", "hidden_aliases", "argument", "cli", "parse", "cli_type",
-             "cli_default")
+             "cli_default", "choices")
 
 
 def _cli_type(hint: Any) -> Any:
@@ -35,6 +36,16 @@ def _cli_type(hint: Any) -> Any:
     if origin in (tuple, list):
         return list[args[0] if args else str]
     return hint
+
+
+def _choice_type(field: dataclasses.Field, hint: Any) -> Any:
+    """An Enum of the field's `choices`, for typer to list them in --help (<a|b|c>) and refuse others as a usage
+    error (take_values hands the config the value, not the member); `hint` where none are declared."""
+    choices = field.metadata.get("choices")
+    if not choices:
+        return hint
+    members = enum.Enum(field.name, [(str(value), str(value)) for value in choices], type=str)
+    return Optional[members] if type(None) in typing.get_args(hint) else members
 
 
 def _flags(field: dataclasses.Field, hint: Any) -> list[str]:
@@ -66,7 +77,7 @@ def config_parameters(config: type, *, skip: tuple[str, ...] = ()) -> list[inspe
             continue
         meta = field.metadata
         extra = {k: v for k, v in meta.items() if k not in _OWN_KEYS}
-        hint = meta.get("cli_type", _cli_type(hints[field.name]))
+        hint = meta.get("cli_type", _choice_type(field, _cli_type(hints[field.name])))
         if meta.get("argument"):
             info = typer.Argument(help=meta["help"], rich_help_panel=meta.get("panel"), **extra)
         else:
@@ -94,6 +105,8 @@ def take_values(config: type, kwargs: dict[str, Any], *, skip: tuple[str, ...] =
             if old is not None and old != []:
                 value = old
         parse = field.metadata.get("parse")
+        if isinstance(value, enum.Enum):  # one of the field's choices (_choice_type)
+            value = value.value
         if parse is not None:
             value = parse(value)
         elif isinstance(value, list) and typing.get_origin(typing.get_type_hints(config)[field.name]) is tuple:

@@ -19,6 +19,8 @@ Metadata keys (all optional but `help`):
 - `parse`: a function from what the command line parsed to the field's value (a comma list into a
   tuple), with `cli_type` the type the command line parses and `cli_default` its default as the
   command line spells it, when they differ from the field's;
+- `choices`: the values the option takes (a tuple, or a dict whose keys they are): `--help` lists them, the
+  command line refuses others, and `check_choices` refuses them for a config built in code;
 - `cli=False`: a field the command line never sets (derived, or set by the command itself);
 - anything else (`min`, `max`, `metavar`, `exists`, `file_okay`, `show_default`, ...) is handed to
   the command-line option as it is.
@@ -32,9 +34,12 @@ from typing import Any
 MISSING: Any = dataclasses.MISSING
 
 
-def option(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, **meta: Any) -> Any:
+def option(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, choices: Any = None,
+           **meta: Any) -> Any:
     """A dataclass field that is also a command-line option (see the module's docstring)."""
     meta["help"] = help
+    if choices is not None:
+        meta["choices"] = tuple(choices)  # a dict's keys, in order
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
 
@@ -67,6 +72,16 @@ def check_choice(flag: str, value: Any, allowed: Any) -> None:
     one message for every choice option, naming the option, what it takes and what was given."""
     if value not in allowed:
         raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def check_choices(config: Any) -> None:
+    """Refuse, with check_choice's message, a value of an option declared with `choices` that is not one of
+    them (None passes where None is the field's default: the option was not given)."""
+    for field in cli_fields(type(config)):
+        allowed = field.metadata.get("choices")
+        value = getattr(config, field.name)
+        if allowed is not None and not (value is None and field.default is None):
+            check_choice(long_flag(field), value, allowed)
 
 
 def defaults(config: type) -> dict[str, Any]:

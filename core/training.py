@@ -77,7 +77,8 @@ PRECISIONS = ("auto", "no", "bf16", "fp16")
 
 def mixed_precision_option(panel: str):
     """The --mixed-precision field of a trainer that runs under accelerate (`make_accelerator`)."""
-    return option("auto", help="auto (bf16, else fp16, on GPU; none on CPU), no, bf16 or fp16.", panel=panel)
+    return option("auto", choices=PRECISIONS, help="auto (bf16, else fp16, on GPU; none on CPU), no, bf16 or fp16.",
+                  panel=panel)
 
 
 # --- devices ---------------------------------------------------------------------------------------

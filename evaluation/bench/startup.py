@@ -55,7 +55,7 @@ def twin_source(command) -> str:
     params = [_twin_param(param) for param in command.params]
     body = ",\n    ".join(params)
     settings = {"help": command.help, "epilog": command.epilog}
-    return ("from pathlib import Path\nimport typer\n"
+    return ("import enum\nfrom pathlib import Path\nimport typer\n"
             "app = typer.Typer(add_completion=False, rich_markup_mode='rich', "
             "context_settings={'help_option_names': ['-h', '--help']})\n\n\n"
             f"@app.command({', '.join(f'{k}={v!r}' for k, v in settings.items() if v)})\n"
@@ -69,6 +69,8 @@ _TWIN_TYPES = {"IntParamType": "int", "IntRange": "int", "FloatParamType": "floa
 def _twin_param(param) -> str:
     """One parameter of `twin_source`'s function, declared as the command's is shown."""
     kind = _TWIN_TYPES.get(type(param.type).__name__, "str")
+    if isinstance(getattr(param.type, "choices", None), (list, tuple)):  # an option's choices, typer's way: an Enum
+        kind = f"enum.Enum({param.name!r}, {[(str(c), str(c)) for c in param.type.choices]!r}, type=str)"
     extra = {"help": getattr(param, "help", None), "rich_help_panel": getattr(param, "rich_help_panel", None),
              "metavar": param.metavar, "min": getattr(param.type, "min", None), "max": getattr(param.type, "max", None)}
     if kind == "Path":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vi.core import media
-from vi.core.config import check_choice, internal, option
+from vi.core.config import check_choices, internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.models import load_once
@@ -55,7 +55,7 @@ class TranscribeConfig:
     model: str = option(DEFAULT_ASR, help=(
         "ASR model: an alias from `vi models`, a CTranslate2 model folder, a hub id or a "
         "faster-whisper size name (large-v2, small.en, ...) in the local hub cache."))
-    backend: str = option("whisperx", help="whisperx or faster-whisper.")
+    backend: str = option("whisperx", choices=BACKENDS, help="whisperx or faster-whisper.")
     batch_size: int = option(8, help="Audio chunks decoded together.")
     beam_size: int = option(5, help="Beam width of the decoder.")
     language: str | None = option(None, help="Language code (en, de, ...); detected per video when not given.")
@@ -71,7 +71,7 @@ class TranscribeConfig:
     align_path: str | None = internal(init=False)  # a named aligner, resolved
 
     def __post_init__(self) -> None:
-        check_choice("--backend", self.backend, BACKENDS)
+        check_choices(self)
         if self.batch_size < 1:
             raise ValueError("--batch-size must be at least 1")
         if self.beam_size < 1:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vi.core.config import check_choice, internal, option, with_default
+from vi.core.config import check_choices, internal, option, with_default
 from vi.core.devices import Placement, passive_openmp, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.models import vision, vlm
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 STAGE = "caption-frames"
 PROMPT_STYLES = ("release", "vi")
+MISSING_RECORDS = ("error", "keep")  # --missing
 DESC_MODES = {"object": "a", "pose": "b", "action": "c"}  # the release's prepare_data.py --desc_mode letters
 AUTO, OFFLINE = "auto", "offline"
 MAX_FULL_FRAMES = 6
@@ -92,13 +93,13 @@ class CaptionConfig:
         "the one from (v_t, v_{t+1}))."))
     into: str = option("captions", help=(
         "The field to write, so that several captioners can sit in one record (captions_b, ...)."))
-    prompt_style: str = option("release", help=(
+    prompt_style: str = option("release", choices=PROMPT_STYLES, help=(
         "release: the release's own request: the record's query0 (the release's FrameCapEval sequences carry "
         "it; vi frames --framecap passes it on) when the window is the sequence it was written for, else the "
         "release's wording for --desc-mode as its prepare_data.py builds it; the reply format shown is "
         "'<Frame 1>: Your description / ... / <Frame N>: Your description'. vi: vi's packaged progress_caption "
         "prompt (the release's COIN wording) listing every frame's line. --prompt overrides both wordings."))
-    desc_mode: str = option("action", help=(
+    desc_mode: str = option("action", choices=DESC_MODES, help=(
         "With --prompt-style release, what a sequence without a usable query0 is asked to describe, as the "
         "release's prepare_data.py --desc_mode: object (a: the object's state during the action; what the "
         "release asked of HowToChange), pose (b: the subject's body pose), action (c: the action; COIN's)."))
@@ -117,7 +118,7 @@ class CaptionConfig:
     top_k: int = option(oc.TOP_K, help="Offline: ImageNet labels named per frame.")
     change_threshold: float = option(oc.CHANGE_THRESHOLD, help=(
         "Offline: image-feature cosine distance above which a frame counts as a changed view."))
-    missing: str = option("error", help=(
+    missing: str = option("error", choices=MISSING_RECORDS, help=(
         "A reply without some frame's caption, also after its retry: error (the record is an error "
         "record) or keep (the field keeps the captions given and lists the others in 'missing'; for "
         "records several captioners share, so a weak one costs only its own captions)."))
@@ -145,11 +146,7 @@ class CaptionConfig:
         if self.max_frames < 2 or self.max_new_tokens < 1 or self.batch_size < 1 or self.top_k < 1:
             raise ValueError("--max-frames must be at least 2, --max-new-tokens, --batch-size and --top-k at "
                              "least 1")
-        check_choice("--missing", self.missing, ("error", "keep"))
-        check_choice("--prompt-style", self.prompt_style, PROMPT_STYLES)
-        if self.desc_mode not in DESC_MODES:
-            raise ValueError(f"--desc-mode {self.desc_mode!r}: give {', '.join(DESC_MODES)} (the release's "
-                             f"prepare_data.py --desc_mode {', '.join(DESC_MODES.values())})")
+        check_choices(self)
         if self.keep_both and (size or 0) < 2:
             raise ValueError("--keep-both keeps the captions of overlapping windows: give --window 2 (or more)")
         backend, files, spec = _choose(self.vlm)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vi.core import media
-from vi.core.config import check_choice, internal, option
+from vi.core.config import check_choices, internal, option
 from vi.core.devices import Placement, resolve_placement
 from vi.core.errors import RecordError
 from vi.core.seeding import record_rng
@@ -43,7 +43,7 @@ DECODE_CHUNK = 256  # frames decoded per decord call at the encoder's size
 class FramesConfig:
     """The options of `vi frames`, checked when built (a bad one fails before any record)."""
 
-    select: str = option("all", help=(
+    select: str = option("all", choices=SELECT, help=(
         "all: every frame; window: --window frames every --stride frames, one record each (a last "
         "window ends on the last frame; a shorter sequence is one window); kmeans: FrameCapEval's "
         "construction: K-means over image features, K by silhouette score from 3, one frame per "
@@ -88,7 +88,7 @@ class FramesConfig:
         for name, default in (("window", DEFAULT_WINDOW), ("stride", DEFAULT_STRIDE), ("model", "auto")):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
-        check_choice("--select", self.select, SELECT)
+        check_choices(self)
         if not (math.isfinite(self.fps) and self.fps > 0):
             raise ValueError(f"--fps must be a positive number of frames per second, got {self.fps}")
         if not WINDOW_MIN <= self.window <= WINDOW_MAX:

@@ -75,7 +75,7 @@ from functools import cache
 from pathlib import Path
 from typing import Callable, Optional
 
-from vi.core.config import check_choice, internal, option, with_default
+from vi.core.config import check_choice, check_choices, internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_LLM, DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import (ChatBackend, LLMConfig, LLMSettings, LLM_HELP, LLM_PANEL, SCHEMA_RETRIES, chat_json,
@@ -625,7 +625,7 @@ class ProgressionConfig:
     llms: tuple[str, ...] = option(
         (DEFAULT_LLM,), flag="--llm", panel=LLM_PANEL, show_default=False,
         help=LLM_HELP + f" Repeat --llm for several judges (they vote); default {DEFAULT_LLM}.")
-    prompt: str = option("pseudo", help=(
+    prompt: str = option("pseudo", choices=PROMPTS, help=(
         "pseudo: the paper's pseudo-labelling prompt (A similar, B changed, C cannot tell); eval: "
         "FrameCapEval's (A action progressed, B not, C uncertain; it names the record's action)."))
     prompt_file: Path | None = option(None, help=(
@@ -635,7 +635,7 @@ class ProgressionConfig:
         (), metavar="FIELD[,FIELD]", cli_type=Optional[str], cli_default=None, parse=caption_list,
         help="The caption fields to judge (vi caption-frames --into), comma-separated; default: every field "
              "named captions or captions_* that holds {items: [{frame, text}]}.")
-    debias: str = option(DEFAULT_DEBIAS, help=(
+    debias: str = option(DEFAULT_DEBIAS, choices=DEBIAS, help=(
         "How a judge's answer is freed of the one a small model gives whatever the captions say. channel+probe "
         "(default): the channel's score and the probe's log-odds, each in units of its spread, summed (without "
         "likelihoods: the probe). channel: no "
@@ -675,7 +675,7 @@ class ProgressionConfig:
         repeated = [ref for ref, n in Counter(self.llms).items() if n > 1]
         if repeated:
             raise ValueError(f"--llm {repeated[0]} is given twice: one vote per judge")
-        check_choice("--prompt", self.prompt, PROMPTS)
+        check_choices(self)
         for ref in self.llms:  # a bad spec or a missing model: before any record
             check_llm(self.settings(ref))
         object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vi.core.config import check_choice, internal, option, with_default
+from vi.core.config import check_choices, internal, option, with_default
 from vi.core.errors import RecordError
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import ChatBackend, LLMConfig, check_llm
@@ -73,7 +73,7 @@ class KeyframesConfig(LLMConfig):
     """The options of `vi keyframes`, checked when built (a bad one: exit 2; a missing model: exit 5).
     The LLM (`llm`) is the judge of --method progress."""
 
-    method: str = option("progress", help=(
+    method: str = option("progress", choices=METHODS, help=(
         "progress: frame 0, then every frame t whose caption shows progression over frame t-1's (the "
         "judge LLM, the paper's method; the count follows the content). uniform: --count frames evenly "
         "spaced. kmeans: FrameCapEval's K-means over image features (K by silhouette, 3..6), one frame per "
@@ -82,14 +82,14 @@ class KeyframesConfig(LLMConfig):
         "uniform: how many frames (default: the count of a progress run already in the record's "
         f"keyframes, else {DEFAULT_COUNT})."))
     captions: str = option("captions", help="The caption field to read (vi caption-frames --into).")
-    reference: str = option("previous", help=(
+    reference: str = option("previous", choices=REFERENCES, help=(
         "progress: what frame t is judged against. previous: frame t-1 (the paper's sliding window). keyframe: "
         "the last frame kept, so a change the judge missed between t-1 and t is asked again, from further "
         "back, at t+1, and a stage drawn out over many frames cannot creep past the judge one small step at "
         "a time."))
     into: str = option("keyframes", help=(
         "Write the keyframes to this field (and FIELD_method), so methods can sit side by side."))
-    prompt: str = option("eval", help=(
+    prompt: str = option("eval", choices=PROMPTS, help=(
         "progress: the judge's prompt, eval (the paper's FrameCapEval prompt: has the action advanced? A "
         "viewpoint or hand change is no progression) or pseudo (are there noticeable changes?)."))
     prompt_file: Path | None = option(None, exists=True, dir_okay=False, help=(
@@ -124,14 +124,12 @@ class KeyframesConfig(LLMConfig):
         if self.captioner and self.method == "progress":  # a missing captioner: before any record
             object.__setattr__(self, "pair_captioning", pair_captioner(self.captioner, device=self.device,
                                                                       seed=self.seed))
-        check_choice("--reference", self.reference, REFERENCES)
-        check_choice("--method", self.method, METHODS)
+        check_choices(self)
         if self.count is not None and self.count < 1:
             raise ValueError(f"--count must be at least 1, got {self.count}")
         if not self.into.strip():
             raise ValueError("--into needs a field name")
         if self.method == "progress":
-            check_choice("--prompt", self.prompt, PROMPTS)
             check_llm(self.llm_settings)  # a bad --llm or a missing model: before any record
             object.__setattr__(self, "templates", debias_templates(self.prompt, self.debias, self.prompt_file,
                                                                    self.swapped_prompt_file))

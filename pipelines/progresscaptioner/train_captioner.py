@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import check_choice, internal, option, with_default
+from vi.core.config import check_choices, internal, option, with_default
 from vi.core.models.catalog import DEFAULT_VLM  # the paper's base (its 7B OneVision)
 from vi.core.progress import log
 from vi.core.training import (CHECKPOINTS, DATA, LOG, MODEL, OPTIM, RunConfig, RunLog, claim_run, on_cpu,
@@ -44,7 +44,7 @@ class CaptionerTrainConfig(RunConfig):
     output: Path = run_option("output", help="Run folder: the final model, checkpoints and log.jsonl.")
     data: Path = option(flag="--data", exists=True, dir_okay=False, help="sft.jsonl or dpo.jsonl of vi "
                         "captioner-data.", panel=DATA, show_default=False)
-    method: str = option("sft", help="sft or dpo.", panel=MODEL)
+    method: str = option("sft", choices=PAPER_LR, help="sft or dpo.", panel=MODEL)
     model: str = option(DEFAULT_VLM, flag="--vlm", hidden_aliases=("--model",), help="The VLM to start from: a transformers folder (e.g. the SFT run) or a "
                         "cached hub id.", panel=MODEL)
     val: Path | None = option(None, exists=True, dir_okay=False, help="Held-out records (default: the --data "
@@ -84,7 +84,7 @@ class CaptionerTrainConfig(RunConfig):
 
     def check(self) -> None:
         super().check()
-        check_choice("--method", self.method, PAPER_LR)
+        check_choices(self)
         if not self.data.is_file():
             raise ValueError(f"--data {self.data}: no such file")
         if self.val is not None and not self.val.is_file():

@@ -58,7 +58,7 @@ from typing import Any
 
 from vi.core.errors import RecordError
 from vi.core.records import finite_number
-from vi.core.config import check_choice, internal, option
+from vi.core.config import check_choices, internal, option
 from vi.core.devices import resolve_placement
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
 from vi.core.models.chat import LLMConfig, LLMSettings, check_llm, gives_likelihoods
@@ -145,14 +145,16 @@ def numbered_lines(segments: list[Segment], first: int = 1) -> list[str]:
 class ExtractConfig(LLMConfig):
     """The options of `vi extract-steps` (the LLM's in LLMConfig), checked when built."""
 
-    segmentation: str = option("filtered", help=(  # which lines make a step: see the module's docstring
+    # which lines make a step: see the module's docstring
+    segmentation: str = option("filtered", choices=SEGMENTATIONS, help=(
         "Which lines make a step. filtered (default): the model writes the steps, each is placed "
         "on the lines it is said on (--grounding), and a first pass that labels each line STEP, "
         "MORE or TALK (greeting, aside, opinion, outro) drops the steps whose lines are all talk "
         "and adds the labelled steps the model missed. model: the citations alone. "
         "labels: the labels make the steps and the model writes one instruction per step: no "
         "talk becomes a step, but some steps merge (evaluation/showhowto/RESULTS.md)."))
-    grounding: str = option("said", help=(  # where a step's lines come from, with --segmentation filtered
+    # where a step's lines come from, with --segmentation filtered
+    grounding: str = option("said", choices=GROUNDINGS, help=(
         "Where each step's lines (and so its times) come from, with --segmentation filtered. said "
         "(default): the lines its words are said on, the steps' texts aligned in order to the "
         "transcript lines by --text-model, the model's citation and the labels as priors. cited: "
@@ -170,14 +172,14 @@ class ExtractConfig(LLMConfig):
         "embedder (model_configs/narration_start_probe.json), which reads a new action the 1.5B "
         "model calls MORE as a step's start, so fewer steps merge (evaluation/showhowto/RESULTS.md). "
         "In process only: a server's labels are its own."))
-    opening: str = option("until-step", help=(  # narration_labels.labels_from_scores says why
+    opening: str = option("until-step", choices=OPENINGS, help=(  # narration_labels.labels_from_scores says why
         "With --segmentation filtered or labels, which lines of a chunk's opening the talk probe "
         "(model_configs/narration_talk_probe.json) reads as their second view beside the label pass, "
         "where the model would read the line alone: until-step (default), each line until one is not "
         "labelled TALK, so a first step said after a greeting is not read as talk; first-line, the "
         "chunk's first line only (a first line read alone is read as a greeting), as before blind set 22 "
         "(evaluation/showhowto/RESULTS.md). In process only, and not with --talk-probe, which reads every line."))
-    closing: str = option("none", help=(  # narration_labels.labels_from_scores says why
+    closing: str = option("none", choices=CLOSINGS, help=(  # narration_labels.labels_from_scores says why
         "With --segmentation filtered or labels, whether the talk probe reads the video's closing lines too, "
         "as a third view beside the label pass's two: back-to-step, from the last line back, each line not "
         "labelled talk until one stays a step, so a closing worded as an instruction (\"enjoy it while it's "
@@ -206,7 +208,7 @@ class ExtractConfig(LLMConfig):
         "in repairs either way). On by default since blind set 30, with --after-more, which reads again the "
         "MORE lines where the late steps it writes would fold back (alone, on blind set 29, it found fewer "
         "true steps; evaluation/showhowto/RESULTS.md)."))
-    rest_after: str = option("cited", help=(  # steps_after_cap says why
+    rest_after: str = option("cited", choices=REST_AFTER, help=(  # steps_after_cap says why
         "With --ask-rest, where a full reply's steps end, and so which lines are asked for again: cited, after "
         "the last line a step cites (default); said, after the last line a step's words are said on where that "
         "is later (with --segmentation filtered and --grounding said; elsewhere cited). The 1.5B model cites "
@@ -260,13 +262,9 @@ class ExtractConfig(LLMConfig):
         if self.max_new_tokens < 64 or self.max_new_tokens >= self.n_ctx // 2:
             raise ValueError(f"--max-new-tokens must be between 64 and half of --n-ctx "
                              f"({self.n_ctx // 2}), got {self.max_new_tokens}")
-        check_choice("--segmentation", self.segmentation, SEGMENTATIONS)
+        check_choices(self)
         if self.overlap_s < 0 or self.tolerance_s < 0:
             raise ValueError("--overlap and --tolerance must not be negative")
-        check_choice("--grounding", self.grounding, GROUNDINGS)
-        check_choice("--opening", self.opening, OPENINGS)
-        check_choice("--closing", self.closing, CLOSINGS)
-        check_choice("--rest-after", self.rest_after, REST_AFTER)
         if self.reads_text or self.line_probes or self.reads_opening:  # exit 5 first
             from vi.core.models.resolve import resolve
 

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import check_choice, internal, option
+from vi.core.config import check_choices, internal, option
 from vi.core.errors import RecordError
 from vi.core.models.chat import LLMConfig, check_llm, fresh_context, gives_likelihoods
 from vi.core.seeding import record_seed
@@ -94,7 +94,7 @@ class FilterConfig(LLMConfig):
     prompt: Path | None = option(None, help=(  # None: the packaged prompt
         "Your own prompt file (see the packaged prompt_templates/filter_instructional.txt "
         "for the format); it must use ${title} and ${transcript}."))
-    ask: str = option("both", help=(
+    ask: str = option("both", choices=ASK, help=(
         "both: the paper's question and its opposite (is the video mainly a vlog, review, talk...?), "
         "combined so that a model's preferred answer word cancels (the record's decision says how); "
         "paper: the paper's question alone, one request per record."))
@@ -112,7 +112,7 @@ class FilterConfig(LLMConfig):
     def __post_init__(self) -> None:
         if self.max_chars < 100:
             raise ValueError(f"--max-chars must be at least 100, got {self.max_chars}")
-        check_choice("--ask", self.ask, ASK)
+        check_choices(self)
         check_llm(self.llm_settings)  # a bad --device or --llm, a missing model or server: before any record
         object.__setattr__(self, "template", load_prompt(
             "filter_instructional", self.prompt, needs=("title", "transcript")))

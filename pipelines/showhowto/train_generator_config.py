@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vi.core.config import check_choice, option, with_default
+from vi.core.config import check_choices, option, with_default
 from vi.core.training import DATA, MODEL, OPTIM, RUN, RunConfig, mixed_precision_option, run_option
 
 PROMPTS = ("per-frame", "joined")
@@ -34,19 +34,20 @@ class GeneratorTrainConfig(RunConfig):
     min_frames: int = option(2, min=2, help="Shortest cut (the input frame and one step).", panel=DATA)
     max_frames: int = option(8, min=2, hidden_aliases=("--max-seq-len",), panel=DATA,
                              help="Longest cut (the release's --max_seq_len).")
-    lengths: str = option("all", panel=DATA, help=(
+    lengths: str = option("all", choices=LENGTHS, panel=DATA, help=(
         "all: every length min..max at each step, one update per length (the release); random: one length "
         "drawn per step."))
-    prompts: str = option("per-frame", help="per-frame (each frame its own prompt, the paper's model) or joined "
-                          "(every frame the cut's prompts joined: the ablation).", panel=MODEL)
+    prompts: str = option("per-frame", choices=PROMPTS, panel=MODEL, help=(
+        "per-frame (each frame its own prompt, the paper's model) or joined (every frame the cut's prompts joined: "
+        "the ablation)."))
     cache_latents: bool = option(False, flag="--cache-latents", help="Run the frozen encoders once per frame and "
                                  "prompt and keep their outputs in memory.", panel=DATA)
     steps: int = option(1000, min=1, help="Steps (each one update per length with --lengths all).", panel=OPTIM)
     batch_size: int = option(1, min=1, help="Sequences per process, length and micro step (the release: 1 per "
                              "GPU).", panel=OPTIM)
     lr: float = option(2e-5, min=0.0, help="AdamW learning rate (peak).", panel=OPTIM)
-    schedule: str = option("cosine", panel=OPTIM, help="cosine (to 0 at the last step, the release) or constant, "
-                           "after the warm-up.")
+    schedule: str = option("cosine", choices=SCHEDULES, panel=OPTIM, help=(
+        "cosine (to 0 at the last step, the release) or constant, after the warm-up."))
     warmup_steps: int | None = option(None, min=0, panel=OPTIM, help=(
         "Linear warm-up steps (default: --steps / 200, the release's one epoch of 200)."))
     weight_decay: float = with_default(RunConfig, "weight_decay", 1e-2)
@@ -68,9 +69,7 @@ class GeneratorTrainConfig(RunConfig):
         if not 2 <= self.min_frames <= self.max_frames:
             raise ValueError(f"--min-frames {self.min_frames} --max-frames {self.max_frames}: need "
                              "2 <= min <= max (frame 0 is the input image, so a sequence has a step)")
-        check_choice("--prompts", self.prompts, PROMPTS)
-        check_choice("--lengths", self.lengths, LENGTHS)
-        check_choice("--schedule", self.schedule, SCHEDULES)
+        check_choices(self)
         if not 0 <= self.ema < 1:
             raise ValueError(f"--ema is a decay in [0, 1) (0: off), got {self.ema}")
         from vi.pipelines.showhowto.generator_model import resolve_source  # torch: only once options are checked

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vi.core import media
-from vi.core.config import check_choice, internal, option
+from vi.core.config import check_choices, internal, option
 from vi.core.devices import Placement, resolve_placement, usable_cpus
 from vi.core.errors import RecordError, SetupError
 from vi.core.features import STORE_DTYPES, FeatureStore, FeatureWriter, check_info
@@ -53,7 +53,8 @@ class EncodeConfig:
     chunk_size: int = option(64, help=(
         "Clips per store chunk: each chunk is written (atomically) before its records go out."))
     batch_size: int = option(64, help="Frames per forward pass of the encoder.")
-    store_dtype: str = option("float16", help="Number format of the stored tokens: float16, bfloat16 or float32.")
+    store_dtype: str = option("float16", choices=STORE_DTYPES, help=(
+        "Number format of the stored tokens: float16, bfloat16 or float32."))
     overwrite_features: bool = option(False, flag="--overwrite-features", help=(
         "Encode clips the store already has again (the new chunk's copy is the one read)."))
     device: str = "auto"
@@ -64,7 +65,7 @@ class EncodeConfig:
     def __post_init__(self) -> None:
         if self.chunk_size < 1 or self.batch_size < 1:
             raise ValueError("--chunk-size and --batch-size must be at least 1")
-        check_choice("--store-dtype", self.store_dtype, STORE_DTYPES)
+        check_choices(self)
         if self.store.exists() and not self.store.is_dir():
             raise ValueError(f"--store {self.store} is a file; give a folder (made where absent)")
         object.__setattr__(self, "placement", resolve_placement(self.device, self.dtype, engine="torch"))

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vi.core.config import check_choice, option
+from vi.core.config import check_choices, option
 from vi.core.devices import resolve_placement
 from vi.core.models import text_embedding
 from vi.core.models.catalog import DEFAULT_TEXT_EMBEDDING
@@ -58,7 +58,7 @@ class PairConfig:
     """The options of `vi pair`, checked when built: a bad one fails before any record (exit 2), a
     missing embedding model too (exit 5)."""
 
-    match: str = option("exact", help=(
+    match: str = option("exact", choices=MATCHES, help=(
         "exact: keysteps equal after case folding and whitespace (labels such as HT-Step's); "
         "embedding: free-form step texts grouped by sentence-embedding cosine >= --threshold "
         "(greedy leader clustering, most frequent keystep first)."))
@@ -69,7 +69,7 @@ class PairConfig:
     max_pairs_per_keystep: int | None = option(None, help=(
         "Keep at most N pairs per keystep, sampled with a generator seeded by (--seed, keystep); "
         "default: every pair."))
-    order: str = option("unordered", help=(
+    order: str = option("unordered", choices=ORDERS, help=(
         "unordered: two clips make one pair, the reference chosen by a seeded coin flip; "
         "ordered: (A, B) and (B, A) are two pairs."))
     dedupe_threshold: float | None = option(None, help=(
@@ -83,8 +83,7 @@ class PairConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_choice("--match", self.match, MATCHES)
-        check_choice("--order", self.order, ORDERS)
+        check_choices(self)
         if not -1 <= self.threshold <= 1 or not -1 <= (self.dedupe_threshold or 0) <= 1:
             raise ValueError("--threshold and --dedupe-threshold are cosine similarities, in [-1, 1]")
         if self.max_pairs_per_keystep is not None and self.max_pairs_per_keystep < 1:

@@ -7,12 +7,13 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from vi.cli.app import CommandTable
 from vi.cli.stage import command, stage_command
-from vi.core.config import internal, option, with_default
+from vi.core.config import check_choices, internal, option, with_default
 from vi.core.stream import StreamOptions
 
 
@@ -31,6 +32,7 @@ class ToyConfig(BaseConfig):
                                      help="Field names, comma-separated.")
     prompt: Path | None = option(None, help="A prompt file.")
     verbose_reply: bool = option(False, help="Keep the whole reply.")
+    pace: str = option("fast", choices=("fast", "slow"), help="How fast.")
     device: str = "auto"
     seed: int = 0
     derived: str = internal(init=False)
@@ -38,6 +40,7 @@ class ToyConfig(BaseConfig):
     def __post_init__(self) -> None:
         if self.overlap_s < 0:
             raise ValueError("--overlap must not be negative")
+        check_choices(self)
         object.__setattr__(self, "derived", f"{self.llm}/{self.n_ctx}")
 
 
@@ -112,6 +115,16 @@ def test_a_config_that_refuses_its_values_is_a_usage_error_naming_the_option():
 def test_typer_checks_the_declared_bounds():
     done = run(toy_stage, "--n-ctx", "4", input="")
     assert done.exit_code == 2 and "--n-ctx" in done.output
+
+
+def test_the_choices_declared_on_a_field_are_listed_and_the_only_values_taken():
+    assert "<fast|slow>" in run(toy_stage, "--help").output
+    seen.clear()
+    assert run(toy_stage, "--pace", "slow", input="").exit_code == 0 and seen[-1].pace == "slow"
+    done = run(toy_stage, "--pace", "medium", input="")  # the parser's refusal, before a config is built
+    assert done.exit_code == 2 and "'medium' is not one of 'fast', 'slow'" in done.output and not seen[1:]
+    with pytest.raises(ValueError, match="--pace must be one of fast, slow, got 'medium'"):
+        ToyConfig(pace="medium")  # a config built in code refuses it too
 
 
 def test_a_command_that_is_not_a_stage_gets_its_config_too():

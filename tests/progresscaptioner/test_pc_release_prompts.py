@@ -196,7 +196,7 @@ def test_the_release_example_without_an_action_is_its_wording():
 def test_prompt_style_desc_mode_and_a_prompt_file(server, tmp_path):
     url, _ = server
     for options, message in [({"prompt_style": "paper"}, "--prompt-style must be one of release, vi, got 'paper'"),
-                             ({"desc_mode": "a"}, "--desc-mode 'a': give object, pose, action")]:
+                             ({"desc_mode": "a"}, "--desc-mode must be one of object, pose, action, got 'a'")]:
         with pytest.raises(ValueError, match=message):
             cf.CaptionConfig(vlm="offline", device="cpu", **options)
     mine = tmp_path / "mine.txt"
