@@ -71,9 +71,10 @@ from vi.pipelines.showhowto.narration_labels import Rereading, label_lines, read
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps,
                                                    copied_talk_lines, copies_talk, drop_talk, fold_copies,
-                                                   line_number)
+                                                   foldable_copies, line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
-from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, drop_remarks, instruction_scores, step_readings
+from vi.pipelines.showhowto.step_remarks import (REMARK_MARGIN, detail_scores, drop_remarks, instruction_scores,
+                                                  step_readings)
 from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
@@ -237,6 +238,14 @@ class ExtractConfig(LLMConfig):
         "garlic butter: 4 steps for 7). Off: blind set 32 had no reply it applies to, so nothing decided it "
         "(evaluation/showhowto/RESULTS.md). Needs "
         "a backend that scores text (llama.cpp); others count every copied talk line."))
+    read_folds: bool = option(False, help=(  # own_actions says why
+        "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
+        "would be folded into the step before, each such line is first scored as the reply to a request for an "
+        "action against one for a detail of the step before (an amount, a size, a time, a setting, how to tell "
+        "it is done); one likelier as an action by more than 2 nats stays a step of its own. The 1.5B label pass "
+        "calls runs of brief actions MORE, and the fold then merged them (blind set 34's peanut noodles: \"drain "
+        "them and rinse with cold water\" and \"slice up a cucumber\" folded into \"now drop the noodles in\"). "
+        "Needs a backend that scores text (llama.cpp); others fold every copy."))
     drop_previews: bool = option(True, help=(  # step_summaries.py says why and how
         "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
         "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
@@ -721,7 +730,8 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
     method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
               "read_requests": config.read_requests and remarks == "scored",  # false where nothing was scored
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
-              "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm)
+              "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
+              "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # alike, the copies before a fold
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -789,6 +799,24 @@ def listed_talk(plan: RecordPlan, config: ExtractConfig, steps: list, labels: di
     return False
 
 
+def own_actions(plan: RecordPlan, config: ExtractConfig, steps: list, labels: dict[int, str], notes: list[str]
+                ) -> frozenset[int]:
+    """With --read-folds, the lines labelled MORE whose copies read as actions of their own by more than the
+    remark margin against a detail of the step before: fold_copies keeps them as steps. Where the model listed
+    the narration the labels say where a step ends, but the 1.5B label pass calls a run of brief actions
+    MORE ("drain them and rinse with cold water", "slice up a cucumber and some green onions" after "now drop
+    the noodles in"), and folded by those labels they were one step; an amount or a time said after its
+    action ("eight ounces of rice noodles for about six minutes") reads as a detail and is still folded."""
+    lines = foldable_copies(steps, labels, plan.texts) if config.read_folds else []
+    scores = detail_scores(plan.llm, plan.title, [plan.texts[n - 1] for n in lines]) if lines else None
+    if scores is None:
+        return frozenset()
+    actions = [(n, score) for n, score in zip(lines, scores, strict=True) if score > REMARK_MARGIN]
+    notes += [f"{plan.names(n)}: labelled MORE and copied as a step, but reads as an action of its own ({score:+.1f} "
+              "nats as an action against as a detail of the step before): not folded" for n, score in actions]
+    return frozenset(n for n, _ in actions)
+
+
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
     """--segmentation filtered: the model's steps, each placed where its words are said
     (--grounding said), those on TALK lines only dropped; the labelled runs no step of the model's
@@ -816,7 +844,9 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
             notes.append(f"chunk {n + 1}: {copied} of the model's {counted} steps on non-talk lines were "
                          "narration lines copied word for word, talk among its steps too (it listed the "
                          "lines): copies of lines labelled MORE are folded into the step before")
-            steps = fold_copies(sorted(steps, key=step_order), chunk_labels, plan.texts, notes, plan.names)
+            steps = sorted(steps, key=step_order)
+            steps = fold_copies(steps, chunk_labels, plan.texts, notes, plan.names,
+                                keep=own_actions(plan, config, steps, chunk_labels, notes))
         missed = [(a, b) for a, b in missed_runs(labelled_runs(chunk, first, shown), steps, chunk_labels)
                   if step_probability(shown[a - first]) >= STEP_SURE]
         if missed:
@@ -863,7 +893,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_requests, read_listed_talk, ask_rest, rest_after, talk_probe, "
+           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, ask_rest, rest_after, "
+           "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "
            "first and last transcript line, where "

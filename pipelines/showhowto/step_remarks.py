@@ -32,7 +32,7 @@ from vi.core.models.chat import ChatBackend, fresh_context, gives_likelihoods
 from vi.pipelines.common.chat_prompt import ChatPrompt, load_prompt
 
 HYPOTHESES = {"action": "extract_steps_instruction", "remark": "extract_steps_remark",
-              "request": "extract_steps_request"}
+              "request": "extract_steps_request", "detail": "extract_steps_detail"}
 READ_AS = {"remark": "a remark", "request": "a request to the viewers"}  # what a dropped step reads as, by hypothesis
 # Dropping a true step costs more than keeping a remark, so a step goes only when its text is likelier as a
 # remark by more than this (2 nats: a factor e²). On held-out sets 5-7 (spent), with qwen2.5-coder-1.5b, margins of
@@ -82,6 +82,19 @@ def instruction_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> li
     backend does not score text."""
     readings = step_readings(llm, title, texts)
     return None if readings is None else [score for score, _ in readings]
+
+
+def detail_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> list[float] | None:
+    """log P(text | an action) - log P(text | a detail of the step before: an amount, a size, a time, a setting,
+    how to tell it is done) for each text, in nats; None where the backend does not score text. For a line the
+    label pass says goes on with the step above (MORE) that the model copied as a step (--read-folds)."""
+    if not gives_likelihoods(llm):
+        return None
+    prompts = hypothesis_prompts()
+    with fresh_context(llm):  # as step_readings: a record's numbers must not depend on the record before it
+        action, detail = (llm.option_log_probs(prompts[name].render(title=title), list(texts))
+                          for name in ("action", "detail"))
+    return [round(float(a) - float(d), 3) for a, d in zip(action, detail, strict=True)]
 
 
 def drop_remarks(steps: list[tuple[int, int, str]], readings: Sequence[tuple[float, str]], repairs: list[str], names,

@@ -707,6 +707,67 @@ def test_a_listed_narration_whose_copied_talk_reads_as_talk_is_still_folded_with
     assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 6
 
 
+NOODLES = spoken("noodles", "Peanut noodles", [
+    "hey guys welcome back", "get a big pot of water boiling", "now drop the noodles in",
+    "eight ounces of rice noodles for about six minutes", "drain them and rinse with cold water",
+    "slice up a cucumber and some green onions", "my cat just jumped on the counter", "toss everything with the sauce"])
+
+
+class FoldReadingLLM(RemarkScoringLLM):
+    """RemarkScoringLLM that also scores --read-folds' request for a detail of the step before: a line in `details`
+    is as likely its reply as an action's, every other line far likelier as an action."""
+
+    def __init__(self, labels, steps_for, remarks, details):
+        super().__init__(labels, steps_for, remarks)
+        self.details, self.read_as_details = details, []
+
+    def option_log_probs(self, messages, options, reply_prefix=""):
+        if "not a new action" not in messages[-1]["content"]:
+            return super().option_log_probs(messages, options, reply_prefix)
+        self.read_as_details += list(options)
+        return [-10.0 if text in self.details else -20.0 for text in options]
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_listed_narration_keeps_the_brief_actions_labelled_more_as_steps_with_read_folds(read, monkeypatch):
+    """Blind set 34's peanut noodles: the model copied every line, the greeting and an aside too, so the labels
+    say where a step ends, and the 1.5B label pass called the brief actions after "now drop the noodles in" MORE
+    with its amount: folded by those labels, three steps were one. With --read-folds each copy to be folded is
+    first read as an action against a detail of the step before: the amount is still folded, the two actions
+    stay steps."""
+    labels = ["TALK", "STEP", "STEP", "MORE", "MORE", "MORE", "TALK", "STEP"]
+    amount = "eight ounces of rice noodles for about six minutes"
+    llm = FoldReadingLLM(labels, lambda lines: [{"first_line": n, "last_line": n, "text": text}
+                                                for n, text in enumerate(lines, 1)],
+                         remarks={"hey guys welcome back", "my cat just jumped on the counter"}, details={amount})
+    use_llm(llm, monkeypatch)
+    steps = es.extract(NOODLES, es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_folds=read))["steps"]
+    assert steps["read_folds"] is read
+    if not read:  # the mechanism matters: without it the noodles, the drain and the slicing are one step (its
+        # words line 2's, so it is placed there)
+        assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [7, 7]]
+        assert not llm.read_as_details
+        return
+    assert sorted(llm.read_as_details) == sorted([amount, "drain them and rinse with cold water",
+                                                  "slice up a cucumber and some green onions"])
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [4, 4], [5, 5], [7, 7]]
+    assert "segment 4: labelled MORE and copied as a step, but reads as an action of its own (+10.0 nats as an " \
+           "action against as a detail of the step before): not folded" in steps["repairs"]
+    assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 1  # the amount
+
+
+def test_read_folds_folds_every_copy_where_the_backend_scores_no_text(monkeypatch):
+    """A server scores no text: nothing is read, every copy labelled MORE is folded as without the option, and
+    the record says no copy was read (read_folds false)."""
+    labels = ["TALK", "STEP", "STEP", "MORE", "MORE", "MORE", "TALK", "STEP"]
+    llm = CopyingLLM(labels, lambda lines: [{"first_line": n, "last_line": n, "text": text}
+                                            for n, text in enumerate(lines, 1)])
+    use_llm(llm, monkeypatch)
+    steps = es.extract(NOODLES, es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_folds=True))["steps"]
+    assert steps["read_folds"] is False
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [7, 7]]
+
+
 def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     """Each stage option the quality script passes through is a flag built from ExtractConfig's field (its
     spelling, help and default said once, there); one left out keeps the stage's default (None here)."""
@@ -719,7 +780,7 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
-        "rest_after": None, "read_listed_talk": None, "read_requests": None}
+        "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
