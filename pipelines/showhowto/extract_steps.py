@@ -71,7 +71,7 @@ from vi.pipelines.showhowto.narration_labels import Rereading, label_lines, read
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps,
                                                    copied_talk_lines, copies_talk, drop_talk, fold_copies,
-                                                   foldable_copies, line_number)
+                                                   line_number)
 from vi.pipelines.showhowto.step_grounding import ground_steps
 from vi.pipelines.showhowto.step_remarks import (REMARK_MARGIN, detail_scores, drop_remarks, instruction_scores,
                                                   step_readings)
@@ -733,7 +733,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               "read_requests": config.read_requests and remarks == "scored",  # false where nothing was scored
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
-              "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # alike, the copies before a fold
+              "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -809,7 +809,9 @@ def own_actions(plan: RecordPlan, config: ExtractConfig, steps: list, labels: di
     MORE ("drain them and rinse with cold water", "slice up a cucumber and some green onions" after "now drop
     the noodles in"), and folded by those labels they were one step; an amount or a time said after its
     action ("eight ounces of rice noodles for about six minutes") reads as a detail and is still folded."""
-    lines = foldable_copies(steps, labels, plan.texts) if config.read_folds else []
+    lines: list[int] = []
+    if config.read_folds:  # the copies the fold would fold, found by the fold itself (its notes thrown away)
+        fold_copies(steps, labels, plan.texts, [], plan.names, folded=lines)
     scores = detail_scores(plan.llm, plan.title, [plan.texts[n - 1] for n in lines]) if lines else None
     if scores is None:
         return frozenset()

@@ -239,20 +239,9 @@ def copied_talk_lines(steps: list[Any], labels: dict[int, str], texts: list[str]
     return sorted(found)
 
 
-def foldable_copies(steps: list[Any], labels: dict[int, str], texts: list[str]) -> list[int]:
-    """The lines whose copies fold_copies may fold: one-line steps that copy the line they cite, labelled MORE."""
-    lines = []
-    for step in steps:
-        if isinstance(step, dict):
-            first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
-            if (first is not None and first == last and labels.get(first) == "MORE" and 1 <= first <= len(texts)
-                    and is_copy(str(step.get("text") or ""), texts[first - 1])):
-                lines.append(first)
-    return sorted(set(lines))
-
-
 def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str],
-                names: SegmentNames = SegmentNames(), keep: frozenset[int] = frozenset()) -> list[Any]:
+                names: SegmentNames = SegmentNames(), keep: frozenset[int] = frozenset(),
+                folded: list[int] | None = None) -> list[Any]:
     """The model's steps (dicts citing line numbers) less those that copy the one line they
     cite, a line the label pass calls MORE (it goes on with the step above), right after the step
     before: that line is folded into the step before. Not into a step whose lines are all TALK: as
@@ -266,7 +255,8 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
     the greeting and the asides too chose nothing, and then the labels say where a step ends.
     ("There it is, a tiny puncture right here", copied as a step by the 1.5B model, goes on with
     finding the hole.) The copies of the lines in `keep` stay steps (--read-folds: they read as actions of
-    their own, and the label pass's MORE was wrong there)."""
+    their own, and the label pass's MORE was wrong there); the lines folded are added to `folded` when given
+    (a run with no notes kept tells --read-folds which copies to read)."""
     out: list[Any] = []
     for step in steps:
         previous = next((s for s in reversed(out) if isinstance(s, dict)), None)
@@ -281,6 +271,8 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
                     and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])
                     and first not in keep):
                 out[out.index(previous)] = {**previous, "last_line": first}
+                if folded is not None:
+                    folded.append(first)
                 notes.append(f"step {text.strip()!r} ({names(first)}) copies a line labelled MORE: folded into "
                              f"the step before, {str(previous.get('text') or '').strip()!r}")
                 continue
