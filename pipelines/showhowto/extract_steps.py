@@ -235,7 +235,7 @@ class ExtractConfig(LLMConfig):
         "talk among them also reads as talk: scored as --drop-remarks scores steps, one likelier as an action "
         "by more than 2 nats does not count. The 1.5B label pass can call a brief instruction talk (\"chill at "
         "least one hour\"), and a clean clip's copied actions were then folded into one another (blind set 31's "
-        "garlic butter: 4 steps for 7). Off: blind set 32 had no reply it applies to, so nothing decided it "
+        "garlic butter: 4 steps for 7). Off: blind sets 32 and 34 had no reply it applies to, so nothing decided it "
         "(evaluation/showhowto/RESULTS.md). Needs "
         "a backend that scores text (llama.cpp); others count every copied talk line."))
     read_folds: bool = option(True, help=(  # own_actions says why
