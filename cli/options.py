@@ -105,7 +105,7 @@ def take_values(config: type, kwargs: dict[str, Any], *, skip: tuple[str, ...] =
             if old is not None and old != []:
                 value = old
         parse = field.metadata.get("parse")
-        if isinstance(value, enum.Enum):  # one of the field's choices (_choice_type)
+        if field.metadata.get("choices") and isinstance(value, enum.Enum):  # _choice_type's member: its value
             value = value.value
         if parse is not None:
             value = parse(value)
