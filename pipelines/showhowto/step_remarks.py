@@ -58,9 +58,15 @@ def step_readings(llm: ChatBackend, title: str, texts: Sequence[str], requests: 
     """For each written step, (log P(text | an action) - log P(text | the likelier other request), that
     request's name): the others are a remark, and with `requests` a request to the viewers too. In nats;
     None where the backend does not score text."""
+    return readings_against(llm, title, texts, ("remark", "request") if requests else ("remark",))
+
+
+def readings_against(llm: ChatBackend, title: str, texts: Sequence[str], others: Sequence[str]
+                     ) -> list[tuple[float, str]] | None:
+    """For each text, (log P(text | an action) - log P(text | the likeliest of the `others` requests, HYPOTHESES'
+    names), that request's name), in nats; None where the backend does not score text."""
     if not gives_likelihoods(llm):
         return None
-    others = ("remark", "request") if requests else ("remark",)
     # One request at a time, all texts as its options: the request's prompt is evaluated once and each text
     # costs only its own tokens (alternating requests per text re-read both prompts for every step: twice
     # the time). In an emptied context: llama.cpp's numbers move with what its cache holds, and a record's steps
@@ -88,13 +94,8 @@ def detail_scores(llm: ChatBackend, title: str, texts: Sequence[str]) -> list[fl
     """log P(text | an action) - log P(text | a detail of the step before: an amount, a size, a time, a setting,
     how to tell it is done) for each text, in nats; None where the backend does not score text. For a line the
     label pass says goes on with the step above (MORE) that the model copied as a step (--read-folds)."""
-    if not gives_likelihoods(llm):
-        return None
-    prompts = hypothesis_prompts()
-    with fresh_context(llm):  # as step_readings: a record's numbers must not depend on the record before it
-        action, detail = (llm.option_log_probs(prompts[name].render(title=title), list(texts))
-                          for name in ("action", "detail"))
-    return [round(float(a) - float(d), 3) for a, d in zip(action, detail, strict=True)]
+    readings = readings_against(llm, title, texts, ("detail",))
+    return None if readings is None else [score for score, _ in readings]
 
 
 def drop_remarks(steps: list[tuple[int, int, str]], readings: Sequence[tuple[float, str]], repairs: list[str], names,
