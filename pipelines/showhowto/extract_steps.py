@@ -248,6 +248,13 @@ class ExtractConfig(LLMConfig):
         "On by default since blind set 35, where it found 60 of 71 true steps by line against 58, with 63 of 67 "
         "steps on a true step's line against 60 of 64 (evaluation/showhowto/RESULTS.md). Needs a backend that "
         "scores text (llama.cpp); others fold every copy."))
+    read_fold_targets: bool = option(False, help=(  # talk_targets says why
+        "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
+        "would be folded into the step before, each step they would be folded into is first read by the talk "
+        "probe (a linear reading of the sentence embedder, not the LLM); nothing is folded into one it reads as "
+        "talk. The 1.5B model copies an aside as a step, the label pass can call it a step, and the brief action "
+        "said next was folded into it (blind set 35's trivet: \"trim the last few corks to fit the gaps\" into "
+        "\"This glue gun was six bucks and it's still going strong.\")."))
     drop_previews: bool = option(True, help=(  # step_summaries.py says why and how
         "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
         "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
@@ -734,6 +741,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
+              "read_fold_targets": config.read_fold_targets,  # whether the steps copies go into were read first
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -801,24 +809,53 @@ def listed_talk(plan: RecordPlan, config: ExtractConfig, steps: list, labels: di
     return False
 
 
-def own_actions(plan: RecordPlan, config: ExtractConfig, steps: list, labels: dict[int, str], notes: list[str]
-                ) -> frozenset[int]:
-    """With --read-folds, the lines labelled MORE whose copies read as actions of their own by more than the
-    remark margin against a detail of the step before: fold_copies keeps them as steps. Where the model listed
-    the narration the labels say where a step ends, but the 1.5B label pass calls a run of brief actions
-    MORE ("drain them and rinse with cold water", "slice up a cucumber and some green onions" after "now drop
-    the noodles in"), and folded by those labels they were one step; an amount or a time said after its
-    action ("eight ounces of rice noodles for about six minutes") reads as a detail and is still folded."""
-    lines: list[int] = []
-    if config.read_folds:  # the copies the fold would fold, found by the fold itself (its notes thrown away)
-        fold_copies(steps, labels, plan.texts, [], plan.names, folded=lines)
-    scores = detail_scores(plan.llm, plan.title, [plan.texts[n - 1] for n in lines]) if lines else None
+def fold_readings(plan: RecordPlan, config: ExtractConfig, steps: list, labels: dict[int, str], notes: list[str]
+                  ) -> dict[str, frozenset]:
+    """What is read before the copies are folded (--read-folds, --read-fold-targets), as fold_copies' `keep` and
+    `talk`. The copies the fold would fold, and the steps it would fold them into, are found by the fold
+    itself: a run whose notes are thrown away."""
+    folded: list[tuple[int, str]] = []
+    if config.read_folds or config.read_fold_targets:
+        fold_copies(steps, labels, plan.texts, [], plan.names, folded=folded)
+    return {"keep": own_actions(plan, config, [n for n, _ in folded], notes),
+            "talk": talk_targets(plan, config, [text for _, text in folded], notes)}
+
+
+def own_actions(plan: RecordPlan, config: ExtractConfig, lines: list[int], notes: list[str]) -> frozenset[int]:
+    """With --read-folds, the lines labelled MORE whose copies (the fold would fold `lines`) read as actions of
+    their own by more than the remark margin against a detail of the step before: fold_copies keeps them as
+    steps. Where the model listed the narration the labels say where a step ends, but the 1.5B label pass calls
+    a run of brief actions MORE ("drain them and rinse with cold water", "slice up a cucumber and some green
+    onions" after "now drop the noodles in"), and folded by those labels they were one step; an amount or a
+    time said after its action ("eight ounces of rice noodles for about six minutes") reads as a detail and is
+    still folded."""
+    scores = detail_scores(plan.llm, plan.title, [plan.texts[n - 1] for n in lines]) \
+        if config.read_folds and lines else None
     if scores is None:
         return frozenset()
     actions = [(n, score) for n, score in zip(lines, scores, strict=True) if score > REMARK_MARGIN]
     notes += [f"{plan.names(n)}: labelled MORE and copied as a step, but reads as an action of its own ({score:+.1f} "
               "nats as an action against as a detail of the step before): not folded" for n, score in actions]
     return frozenset(n for n, _ in actions)
+
+
+def talk_targets(plan: RecordPlan, config: ExtractConfig, targets: list[str], notes: list[str]) -> frozenset[str]:
+    """With --read-fold-targets, the texts of the steps copies would be folded into (`targets`) that the talk probe
+    reads as talk (log-odds above 0, its own reading: the label pass's is the one that let the step through):
+    fold_copies folds nothing into them. Where the 1.5B model lists the narration it copies an aside as a step,
+    and the label pass can call the aside a step; the brief action said next, labelled MORE, was folded into it
+    and its lines went to the aside (blind set 35's trivet: "trim the last few corks to fit the gaps" into "This
+    glue gun was six bucks and it's still going strong."). The LLM's own readings share its lean: the remark
+    filter read that aside -0.3 nats and the action after it -0.2, where the probe, a linear reading of the
+    sentence embedder, read +2.4 and -1.8."""
+    texts = list(dict.fromkeys(targets)) if config.read_fold_targets else []
+    if not texts:
+        return frozenset()
+    said = config.probe_readings(texts, ("talk",))["talk"][0]
+    talk = [(text, odds) for text, odds in zip(texts, said, strict=True) if odds > 0.0]
+    notes += [f"step {text.strip()!r} reads as talk to the talk probe (log-odds {odds:+.1f}): the copies labelled MORE "
+              "after it are not folded into it" for text, odds in talk]
+    return frozenset(text for text, _ in talk)
 
 
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
@@ -850,7 +887,7 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
                          "lines): copies of lines labelled MORE are folded into the step before")
             steps = sorted(steps, key=step_order)
             steps = fold_copies(steps, chunk_labels, plan.texts, notes, plan.names,
-                                keep=own_actions(plan, config, steps, chunk_labels, notes))
+                                **fold_readings(plan, config, steps, chunk_labels, notes))
         missed = [(a, b) for a, b in missed_runs(labelled_runs(chunk, first, shown), steps, chunk_labels)
                   if step_probability(shown[a - first]) >= STEP_SURE]
         if missed:
@@ -897,7 +934,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, ask_rest, rest_after, "
+           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, ask_rest, "
+           "rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "

@@ -241,7 +241,7 @@ def copied_talk_lines(steps: list[Any], labels: dict[int, str], texts: list[str]
 
 def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], notes: list[str],
                 names: SegmentNames = SegmentNames(), keep: frozenset[int] = frozenset(),
-                folded: list[int] | None = None) -> list[Any]:
+                talk: frozenset[str] = frozenset(), folded: list[tuple[int, str]] | None = None) -> list[Any]:
     """The model's steps (dicts citing line numbers) less those that copy the one line they
     cite, a line the label pass calls MORE (it goes on with the step above), right after the step
     before: that line is folded into the step before. Not into a step whose lines are all TALK: as
@@ -255,8 +255,10 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
     the greeting and the asides too chose nothing, and then the labels say where a step ends.
     ("There it is, a tiny puncture right here", copied as a step by the 1.5B model, goes on with
     finding the hole.) The copies of the lines in `keep` stay steps (--read-folds: they read as actions of
-    their own, and the label pass's MORE was wrong there); the lines folded are added to `folded` when given
-    (a run with no notes kept tells --read-folds which copies to read)."""
+    their own, and the label pass's MORE was wrong there). Nothing is folded into a step whose text is in
+    `talk` (--read-fold-targets: it reads as talk, an aside the model copied as a step, and a step folded into
+    it gave its lines to the aside). Each line folded is added to `folded` when given, with the text of the step it
+    went into (a run with no notes kept tells the readings which copies, and which steps, to read)."""
     out: list[Any] = []
     for step in steps:
         previous = next((s for s in reversed(out) if isinstance(s, dict)), None)
@@ -269,10 +271,10 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
                 labels.get(n) == "TALK" for n in range(min(start, end), max(start, end) + 1))
             if (first is not None and first == last and end is not None and end in (first - 1, first) and not on_talk
                     and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])
-                    and first not in keep):
+                    and first not in keep and str(previous.get("text") or "") not in talk):
                 out[out.index(previous)] = {**previous, "last_line": first}
                 if folded is not None:
-                    folded.append(first)
+                    folded.append((first, str(previous.get("text") or "")))
                 notes.append(f"step {text.strip()!r} ({names(first)}) copies a line labelled MORE: folded into "
                              f"the step before, {str(previous.get('text') or '').strip()!r}")
                 continue

@@ -768,6 +768,40 @@ def test_read_folds_folds_every_copy_where_the_backend_scores_no_text(monkeypatc
     assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [7, 7]]
 
 
+CORKS = spoken("corks", "Cork trivet", [
+    "hey everyone welcome back to the workshop", "cut each cork in half lengthwise",
+    "glue a ring of them around the edge", "this glue gun cost me five dollars and it still works great",
+    "trim the last corks to fill the gaps", "some pieces only need to be an inch long",
+    "my dog keeps stealing corks off the table", "stick felt pads on the bottom"])
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_copy_labelled_more_is_not_folded_into_an_aside_the_talk_probe_reads_as_talk_with_read_fold_targets(
+        read, monkeypatch):
+    """Blind set 35's trivet: the model listed the narration, the label pass called an aside a step (the price of
+    the glue gun) and the brief action after it MORE, so the action was folded into the aside and lost (the
+    aside's step copies one line, and is placed there alone). With --read-fold-targets the step a copy would go
+    into is first read by the talk probe (the packaged one, on the embedded MiniLM: +2.0 log-odds for the aside
+    here, the action -1.7): nothing is folded into the aside, and the detail after the action still goes into
+    the action (which copies one line too, so it stays on that line)."""
+    labels = ["TALK", "STEP", "STEP", "STEP", "MORE", "MORE", "TALK", "STEP"]
+    llm = RemarkScoringLLM(labels, lambda lines: [{"first_line": n, "last_line": n, "text": text}
+                                                  for n, text in enumerate(lines, 1)],
+                           remarks={"hey everyone welcome back to the workshop",
+                                    "my dog keeps stealing corks off the table"})
+    use_llm(llm, monkeypatch)
+    steps = es.extract(CORKS, es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_folds=False,
+                                               read_fold_targets=read))["steps"]
+    assert steps["read_fold_targets"] is read
+    aside = "this glue gun cost me five dollars and it still works great"
+    if not read:  # the mechanism matters: without it the trimming is folded into the aside, and lost
+        assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [3, 3], [7, 7]]
+        return
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [3, 3], [4, 4], [7, 7]]
+    assert any(r.startswith(f"step {aside!r} reads as talk to the talk probe (log-odds +") for r in steps["repairs"])
+    assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 1  # the detail, into the trimming
+
+
 def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     """Each stage option the quality script passes through is a flag built from ExtractConfig's field (its
     spelling, help and default said once, there); one left out keeps the stage's default (None here)."""
@@ -780,7 +814,8 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
-        "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None}
+        "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None,
+        "read_fold_targets": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
