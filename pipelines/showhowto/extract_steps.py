@@ -844,10 +844,10 @@ def talk_targets(plan: RecordPlan, config: ExtractConfig, targets: list[str], no
     reads as talk (log-odds above 0, its own reading: the label pass's is the one that let the step through):
     fold_copies folds nothing into them. Where the 1.5B model lists the narration it copies an aside as a step,
     and the label pass can call the aside a step; the brief action said next, labelled MORE, was folded into it
-    and its lines went to the aside (blind set 35's trivet: "trim the last few corks to fit the gaps" into "This
-    glue gun was six bucks and it's still going strong."). The LLM's own readings share its lean: the remark
-    filter read that aside -0.3 nats and the action after it -0.2, where the probe, a linear reading of the
-    sentence embedder, read +2.4 and -1.8."""
+    and lost (the aside's step copies one line and is placed there alone). Blind set 35's trivet: "trim the last
+    few corks to fit the gaps" into "This glue gun was six bucks and it's still going strong.". The LLM's own
+    readings share its lean: the remark filter read that aside -0.3 nats and the action after it -0.2, where the
+    probe, a linear reading of the sentence embedder, read +2.4 and -1.8."""
     texts = list(dict.fromkeys(targets)) if config.read_fold_targets else []
     if not texts:
         return frozenset()

@@ -257,7 +257,7 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
     finding the hole.) The copies of the lines in `keep` stay steps (--read-folds: they read as actions of
     their own, and the label pass's MORE was wrong there). Nothing is folded into a step whose text is in
     `talk` (--read-fold-targets: it reads as talk, an aside the model copied as a step, and a step folded into
-    it gave its lines to the aside). Each line folded is added to `folded` when given, with the text of the step it
+    it was lost with it). Each line folded is added to `folded` when given, with the text of the step it
     went into (a run with no notes kept tells the readings which copies, and which steps, to read)."""
     out: list[Any] = []
     for step in steps:
