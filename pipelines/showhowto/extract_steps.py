@@ -75,6 +75,7 @@ from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cit
 from vi.pipelines.showhowto.step_grounding import ground_steps
 from vi.pipelines.showhowto.step_remarks import (REMARK_MARGIN, detail_scores, drop_remarks, instruction_scores,
                                                   step_readings)
+from vi.pipelines.showhowto.step_splits import apply_cuts, find_cuts
 from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
@@ -248,6 +249,12 @@ class ExtractConfig(LLMConfig):
         "On by default since blind set 35, where it found 60 of 71 true steps by line against 58, with 63 of 67 "
         "steps on a true step's line against 60 of 64 (evaluation/showhowto/RESULTS.md). Needs a backend that "
         "scores text (llama.cpp); others fold every copy."))
+    split_steps: bool = option(False, help=(  # split_merged and step_splits.py say why and how
+        "With --segmentation filtered, a step whose later clause (after a comma, \"and\" or \"then\") is said on "
+        "a line of its own after the step's first, before the next step's, is cut there, in the model's words, "
+        "where that line reads as a step's first line to the start probe and not as talk to the talk probe. The "
+        "1.5B model writes brief actions said on consecutive lines as one step (\"Peel and dice two sweet "
+        "potatoes, and toss them with oil, cumin, and salt.\"), and the second line had no step."))
     read_fold_targets: bool = option(False, help=(  # talk_targets says why
         "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
         "would be folded into the step before, each step they would be folded into is first read by the talk "
@@ -742,6 +749,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
               "read_fold_targets": config.read_fold_targets,  # whether the steps copies go into were read first
+              "split_steps": config.split_steps,  # whether merged steps were cut where their clauses are said
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -858,6 +866,28 @@ def talk_targets(plan: RecordPlan, config: ExtractConfig, targets: list[str], no
     return frozenset(text for text, _ in talk)
 
 
+def split_merged(plan: RecordPlan, config: ExtractConfig, steps: list[tuple[int, int, str]], labels: dict[int, str],
+                 repairs: list[str]) -> list[tuple[int, int, str]]:
+    """With --split-steps, `steps` with each step the model merged cut where its later clause is said
+    (step_splits.py says how), where that line reads as a step's first line to the start probe and not as talk
+    to the talk probe (log-odds above and below 0: the probes alone, as the label pass calls such lines MORE).
+    The embedder that finds a cut cannot tell a second action from a detail said after the first ("about a
+    quarter inch thick"), and the LLM's reading of the tail as an action against a detail did not part them
+    either (spent sets 27-35: details read up to +5.7 nats as actions, true steps from +0.6)."""
+    cuts = find_cuts(steps, plan.texts, labels, config.embed)
+    if not cuts:
+        return steps
+    said = config.probe_readings([plan.texts[cut.line - 1] for cut in cuts], ("start", "talk"))
+    kept = [start > 0.0 and talk < 0.0 for start, talk in zip(said["start"][0], said["talk"][0], strict=True)]
+    for cut, keep, start, talk in zip(cuts, kept, said["start"][0], said["talk"][0], strict=True):
+        first, last, text = steps[cut.step]
+        verdict = "cut there" if keep else "not cut"
+        repairs.append(f"step {text!r}: {cut.tail!r} is said on {plan.names(cut.line)} (similarity {cut.match:.2f}, "
+                       f"{cut.before:.2f} on {plan.names(first)}), which reads as a step's first line "
+                       f"{start:+.1f} and as talk {talk:+.1f} (the probes' log-odds): {verdict}")
+    return apply_cuts(steps, cuts, kept)
+
+
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
     """--segmentation filtered: the model's steps, each placed where its words are said
     (--grounding said), those on TALK lines only dropped; the labelled runs no step of the model's
@@ -900,7 +930,10 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
     refuse_all_talk(plan.record_id, labels)
     cited, repairs = cited_steps(raw, len(plan.segments), plan.texts, plan.names)
     repairs[:0] = notes
-    kept = drop_talk(cited, {line: mark["label"] for line, mark in labels.items()}, repairs, plan.names)
+    by_line = {line: mark["label"] for line, mark in labels.items()}
+    kept = drop_talk(cited, by_line, repairs, plan.names)
+    if config.split_steps and kept:
+        kept = split_merged(plan, config, kept, by_line, repairs)
     remarks = None
     if config.drop_remarks and kept:
         readings = step_readings(plan.llm, plan.title, [text for _, _, text in kept], config.read_requests)
@@ -934,8 +967,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, ask_rest, "
-           "rest_after, "
+           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, "
+           "split_steps, ask_rest, rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "

@@ -802,6 +802,40 @@ def test_a_copy_labelled_more_is_not_folded_into_an_aside_the_talk_probe_reads_a
     assert sum("copies a line labelled MORE" in r for r in steps["repairs"]) == 1  # the detail, into the trimming
 
 
+SOUP = spoken("soup", "Tomato soup", [
+    "hi everyone welcome back", "chop one onion and two carrots", "then sweat them in butter for ten minutes",
+    "my kids always steal the carrots", "pour in two cans of tomatoes", "about twenty eight ounces each",
+    "blend it smooth with a stick blender"])
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_merged_step_is_cut_where_its_second_action_is_said_but_not_where_a_detail_is_with_split_steps(
+        split, monkeypatch):
+    """The model writes two actions said on two lines as one step, placed on the first line, and an action with the
+    detail said on the next line as another. With --split-steps each is cut where its later clause is said (the
+    embedded MPNet finds both), and a cut is made where that line reads as a step's first and not as talk to the
+    packaged probes: the second action's line does ("then sweat them...": +0.35 and -3.0 log-odds), the amount's
+    does not (-1.6 as a first line), so the amount stays with its action."""
+    labels = ["TALK", "STEP", "MORE", "TALK", "STEP", "MORE", "STEP"]
+    written = [{"first_line": 2, "last_line": 2,
+                "text": "Chop one onion and two carrots, then sweat them in butter for ten minutes."},
+               {"first_line": 5, "last_line": 5,
+                "text": "Pour in two cans of tomatoes, about twenty-eight ounces each."},
+               {"first_line": 7, "last_line": 7, "text": "Blend it smooth with a stick blender."}]
+    use_llm(CopyingLLM(labels, lambda lines: written), monkeypatch)
+    steps = es.extract(SOUP, es.ExtractConfig(llm="smollm2-135m", grounding="cited", split_steps=split))["steps"]
+    assert steps["split_steps"] is split
+    if not split:  # the mechanism matters: without it the butter step has no step (its line ends the chopping)
+        assert [s["lines"] for s in steps["items"]] == [[1, 2], [4, 5], [6, 6]]
+        return
+    assert [(s["lines"], s["text"]) for s in steps["items"]] == [
+        ([1, 1], "Chop one onion and two carrots."), ([2, 2], "Sweat them in butter for ten minutes."),
+        ([4, 5], "Pour in two cans of tomatoes, about twenty-eight ounces each."),
+        ([6, 6], "Blend it smooth with a stick blender.")]
+    assert sum(r.endswith(": cut there") for r in steps["repairs"]) == 1
+    assert sum(r.endswith(": not cut") for r in steps["repairs"]) == 1
+
+
 def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     """Each stage option the quality script passes through is a flag built from ExtractConfig's field (its
     spelling, help and default said once, there); one left out keeps the stage's default (None here)."""
@@ -815,7 +849,7 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
         "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None,
-        "read_fold_targets": None}
+        "read_fold_targets": None, "split_steps": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
