@@ -253,8 +253,8 @@ class ExtractConfig(LLMConfig):
         "With --segmentation filtered, a step whose later clause (after a comma, \"and\" or \"then\") is said on "
         "a line of its own after the step's first, before the next step's, is cut there, in the model's words, "
         "where that line reads as a step's first line to the start probe and not as talk to the talk probe. The "
-        "1.5B model writes brief actions said on consecutive lines as one step (\"Peel and dice two sweet "
-        "potatoes, and toss them with oil, cumin, and salt.\"), and the second line had no step."))
+        "1.5B model writes brief actions said on consecutive lines as one step (blind set 36's tacos: \"Peel and "
+        "dice two sweet potatoes, and toss them with oil, cumin, and salt.\"), and the second line had no step."))
     read_fold_targets: bool = option(False, help=(  # talk_targets says why
         "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
         "would be folded into the step before, each step they would be folded into is first read by the talk "

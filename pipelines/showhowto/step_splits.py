@@ -1,11 +1,11 @@
 """Steps the model merged: a written step whose later clauses are said on a line of their own, cut there.
 
-Why: the 1.5B model writes brief actions said on consecutive lines as one step ("Peel and dice two sweet
-potatoes, and toss them with oil, cumin, and salt." for "peel and dice two sweet potatoes" / "toss them with oil
-cumin and salt"). Grounding places such a step on its first line (a longer run pays SPAN_COST and the step's
-words lean to its first action), the line of the second action is then on no step, and the labelled-run writer
-does not see it either: the label pass calls it MORE, part of the run the step starts. Blind sets 4, 8 and 9
-miss the found target mostly by such merges.
+Why: the 1.5B model writes brief actions said on consecutive lines as one step (blind set 36's tacos: "Peel and
+dice two sweet potatoes, and toss them with oil, cumin, and salt." for "peel and dice two sweet potatoes" / "toss
+them with oil cumin and salt"). Grounding places such a step on its first line (a longer run pays SPAN_COST and
+the step's words lean to its first action), the line of the second action is then on no step, and the
+labelled-run writer does not see it either: the label pass calls it MORE, part of the run the step starts.
+Blind sets 4, 8 and 9 miss the found target mostly by such merges.
 
 How: a step's text is cut at a clause break (step_summaries.CLAUSE_BREAKS: a comma, "and", "then") into a head
 and a tail, each of two words or more. The sentence embedder compares the tail with the step's first line and
