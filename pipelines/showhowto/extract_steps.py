@@ -880,11 +880,10 @@ def split_merged(plan: RecordPlan, config: ExtractConfig, steps: list[tuple[int,
     said = config.probe_readings([plan.texts[cut.line - 1] for cut in cuts], ("start", "talk"))
     kept = [start > 0.0 and talk < 0.0 for start, talk in zip(said["start"][0], said["talk"][0], strict=True)]
     for cut, keep, start, talk in zip(cuts, kept, said["start"][0], said["talk"][0], strict=True):
-        first, last, text = steps[cut.step]
         verdict = "cut there" if keep else "not cut"
-        repairs.append(f"step {text!r}: {cut.tail!r} is said on {plan.names(cut.line)} (similarity {cut.match:.2f}, "
-                       f"{cut.before:.2f} on {plan.names(first)}), which reads as a step's first line "
-                       f"{start:+.1f} and as talk {talk:+.1f} (the probes' log-odds): {verdict}")
+        repairs.append(f"step {steps[cut.step][2]!r}: {cut.tail!r} is said on {plan.names(cut.line)} (similarity "
+                       f"{cut.match:.2f}, {cut.before:.2f} on {plan.names(cut.first)}), which reads as a step's first "
+                       f"line {start:+.1f} and as talk {talk:+.1f} (the probes' log-odds): {verdict}")
     return apply_cuts(steps, cuts, kept)
 
 

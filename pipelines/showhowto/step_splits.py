@@ -54,8 +54,9 @@ class Cut:
     resume: int
     line: int  # the line the text after the break is said on (1-based, as the steps' lines)
     tail: str  # the part cut off, as a sentence (up to the next cut found in that part, if any)
-    match: float  # the tail's cosine with that line, and with the first line of the part it was cut from
+    match: float  # the tail's cosine with that line, and with `first`, the first line of the part it was cut from
     before: float
+    first: int
 
 
 def sentence(text: str) -> str:
@@ -101,7 +102,7 @@ def best_cut(step: int, text: str, lo: int, hi: int, first: int, lines: Sequence
             match, before = float(tails[j]), float(tails[0])
             if match >= SPLIT_MATCH and match - before >= SPLIT_GAIN and heads[0] > heads[j] and (
                     best is None or match - before > best.match - best.before):
-                best = Cut(step, at, resume, line, parts[2 * k + 1], round(match, 3), round(before, 3))
+                best = Cut(step, at, resume, line, parts[2 * k + 1], round(match, 3), round(before, 3), first)
     return best
 
 
