@@ -265,18 +265,18 @@ def fold_copies(steps: list[Any], labels: dict[int, str], texts: list[str], note
         if isinstance(step, dict) and previous is not None:
             first, last = line_number(step.get("first_line")), line_number(step.get("last_line"))
             end = line_number(previous.get("last_line"))
-            text = str(step.get("text") or "")
+            text, into = str(step.get("text") or ""), str(previous.get("text") or "")
             start = line_number(previous.get("first_line"))
             on_talk = start is not None and end is not None and all(
                 labels.get(n) == "TALK" for n in range(min(start, end), max(start, end) + 1))
             if (first is not None and first == last and end is not None and end in (first - 1, first) and not on_talk
                     and labels.get(first) == "MORE" and 1 <= first <= len(texts) and is_copy(text, texts[first - 1])
-                    and first not in keep and str(previous.get("text") or "") not in talk):
+                    and first not in keep and into not in talk):
                 out[out.index(previous)] = {**previous, "last_line": first}
                 if folded is not None:
-                    folded.append((first, str(previous.get("text") or "")))
+                    folded.append((first, into))
                 notes.append(f"step {text.strip()!r} ({names(first)}) copies a line labelled MORE: folded into "
-                             f"the step before, {str(previous.get('text') or '').strip()!r}")
+                             f"the step before, {into.strip()!r}")
                 continue
         out.append(step)
     return out
