@@ -249,12 +249,15 @@ class ExtractConfig(LLMConfig):
         "On by default since blind set 35, where it found 60 of 71 true steps by line against 58, with 63 of 67 "
         "steps on a true step's line against 60 of 64 (evaluation/showhowto/RESULTS.md). Needs a backend that "
         "scores text (llama.cpp); others fold every copy."))
-    split_steps: bool = option(False, help=(  # split_merged and step_splits.py say why and how
+    split_steps: bool = option(True, help=(  # split_merged and step_splits.py say why and how
         "With --segmentation filtered, a step whose later clause (after a comma, \"and\" or \"then\") is said on "
         "a line of its own after the step's first, before the next step's, is cut there, in the model's words, "
         "where that line reads as a step's first line to the start probe and not as talk to the talk probe. The "
         "1.5B model writes brief actions said on consecutive lines as one step (blind set 36's tacos: \"Peel and "
-        "dice two sweet potatoes, and toss them with oil, cumin, and salt.\"), and the second line had no step."))
+        "dice two sweet potatoes, and toss them with oil, cumin, and salt.\"), and the second line had no step. "
+        "On by default since blind set 37, where it found 79 of 98 true steps by line against 74, with 87 of 89 "
+        "steps on a true step's line against 81 of 83; on the six hand-written transcripts 26 of 29 against 25, "
+        "with 32 of 33 on a true step's line against 28 of 29 (evaluation/showhowto/RESULTS.md)."))
     read_fold_targets: bool = option(False, help=(  # talk_targets says why
         "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
         "would be folded into the step before, each step they would be folded into is first read by the talk "
