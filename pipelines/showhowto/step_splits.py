@@ -73,11 +73,6 @@ def breaks(text: str, lo: int = 0, hi: int | None = None) -> list[tuple[int, int
             if len(text[lo:found.start()].split()) >= 2 and len(text[found.end():hi].rstrip(".!?").split()) >= 2]
 
 
-def cut_points(text: str) -> list[tuple[str, str]]:
-    """Each (head, tail) a clause break splits `text` into, as sentences, in order."""
-    return [(sentence(text[:at]), sentence(text[resume:])) for at, resume in breaks(text)]
-
-
 def candidate_lines(first: int, next_first: int, labels: dict[int, str]) -> list[int]:
     """The lines after a step's first a tail may be cut to: before the next step's first, at most MAX_SPAN - 1
     on, none labelled TALK."""

@@ -4,11 +4,15 @@ for the sentence embedder."""
 from __future__ import annotations
 
 from tests.showhowto.grounding_fakes import words_embedder
-from vi.pipelines.showhowto.step_splits import apply_cuts, cut_points, find_cuts
+from vi.pipelines.showhowto.step_splits import apply_cuts, breaks, find_cuts, sentence
 
 LINES = ["hey friends welcome back", "peel and dice two sweet potatoes", "toss them with oil cumin and salt",
          "roast them on a sheet pan", "my cat loves this part", "warm the black beans in a small pan"]
 LABELS = {1: "TALK", 2: "STEP", 3: "MORE", 4: "MORE", 5: "TALK", 6: "STEP"}
+
+
+def cut_points(text: str) -> list[tuple[str, str]]:
+    return [(sentence(text[:at]), sentence(text[resume:])) for at, resume in breaks(text)]
 
 
 def test_a_text_is_cut_at_its_clause_breaks_into_sentences_of_two_words_or_more():
