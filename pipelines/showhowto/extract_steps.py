@@ -75,7 +75,7 @@ from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cit
 from vi.pipelines.showhowto.step_grounding import ground_steps
 from vi.pipelines.showhowto.step_remarks import (REMARK_MARGIN, detail_scores, drop_remarks, instruction_scores,
                                                   step_readings)
-from vi.pipelines.showhowto.step_splits import apply_cuts, find_cuts
+from vi.pipelines.showhowto.step_splits import apply_cuts, find_cuts, head_lines
 from vi.pipelines.showhowto.step_summaries import drop_summaries
 
 STAGE = "extract-steps"
@@ -269,6 +269,17 @@ class ExtractConfig(LLMConfig):
         "With --segmentation filtered, a step said on a preview or a recap is dropped and listed in repairs: a "
         "line that names, in order, three or more of the steps said after it (the intro's plan) or before it (a "
         "recap), matched clause by clause by --text-model, with at most two steps on its other side."))
+    skip_conditions: bool = option(False, help=(  # step_summaries.CONDITION says why
+        "With --drop-previews, a clause that opens on a condition (\"once it's dry\", \"when that's cool\", \"if it "
+        "squeaks\") names no step: it says when a step is done, and an action given with its precondition after a "
+        "repeated action read as a recap (blind set 38's drywall: \"Once it's dry, sand it smooth ... and wipe off "
+        "the dust.\"). Off by default until measured on a blind set (evaluation/showhowto/RESULTS.md)."))
+    reground_heads: bool = option(False, help=(  # step_splits.head_lines says why
+        "With --split-steps, the head of a step that is cut starts on the line of its part it is said on best, "
+        "where that is clearly better than its first line (the bar a cut is made by): the merged step was placed "
+        "on its first line, which can be a false start the next line corrects (blind set 38's engine: \"check "
+        "your owner's manual\" left on \"And then start pouring in the oil.\"). Off by default until measured on "
+        "a blind set (evaluation/showhowto/RESULTS.md)."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -753,6 +764,8 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
               "read_fold_targets": config.read_fold_targets,  # whether the steps copies go into were read first
               "split_steps": config.split_steps,  # whether merged steps were cut where their clauses are said
+              "reground_heads": config.split_steps and config.reground_heads,  # whether a cut's head was placed again
+              "skip_conditions": config.drop_previews and config.skip_conditions,  # whether conditions named no step
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -887,7 +900,10 @@ def split_merged(plan: RecordPlan, config: ExtractConfig, steps: list[tuple[int,
         repairs.append(f"step {steps[cut.step][2]!r}: {cut.tail!r} is said on {plan.names(cut.line)} (similarity "
                        f"{cut.match:.2f}, {cut.before:.2f} on {plan.names(cut.first)}), which reads as a step's first "
                        f"line {start:+.1f} and as talk {talk:+.1f} (the probes' log-odds): {verdict}")
-    return apply_cuts(steps, cuts, kept)
+    heads = head_lines(steps, cuts, kept, plan.texts, config.embed) if config.reground_heads else {}
+    repairs += [f"step {steps[step][2]!r}: cut, and its head is said on {plan.names(line)}, not on "
+                f"{plan.names(steps[step][0])}: it starts there" for step, line in heads.items()]
+    return apply_cuts(steps, cuts, kept, heads)
 
 
 def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dict:
@@ -942,7 +958,7 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         if readings is not None:
             kept, remarks = drop_remarks(kept, readings, repairs, plan.names), "scored"
     if config.reads_previews and kept:  # last: a preview is told by the steps that stay
-        kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names)
+        kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names, config.skip_conditions)
     if cited and not kept:
         raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
                           "labelled TALK (a greeting, an aside, an opinion...) or reads as a remark: the video "
@@ -970,7 +986,7 @@ EXTRACT_STEPS = RecordStage(
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
            "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, "
-           "split_steps, ask_rest, rest_after, "
+           "split_steps, reground_heads, skip_conditions, ask_rest, rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "

@@ -24,6 +24,10 @@ the muffins' "then pour in one cup of milk...", a downspout's "the bottom piece 
 The LLM's reading of the tail as an action against a detail of the step before did not part them (details up to
 +5.7 nats, true steps from +0.6).
 
+A cut step's head keeps the step's first line, where grounding placed the whole merged step; that line can be a
+false start the next line corrects (blind set 38's engine). head_lines (vi extract-steps --reground-heads) moves the
+head to the line of its part it is said on, by the bar a cut is made by; blind set 40 decides it.
+
 Pure functions of similarities and labels: tested with small fakes, without a model.
 """
 
@@ -121,11 +125,38 @@ def find_cuts(steps: Sequence[tuple[int, int, str]], texts: Sequence[str], label
     return cuts
 
 
-def apply_cuts(steps: Sequence[tuple[int, int, str]], cuts: Sequence[Cut], kept: Sequence[bool]
-               ) -> list[tuple[int, int, str]]:
+def head_lines(steps: Sequence[tuple[int, int, str]], cuts: Sequence[Cut], kept: Sequence[bool],
+               texts: Sequence[str], embed: Callable[[list[str]], np.ndarray]) -> dict[int, int]:
+    """Where the head of each step cut by a kept cut is said, where that is not the step's first line: {step index:
+    line}. The whole merged step was placed on its first line, and the head can be said on a later line of its part
+    (a false start the next line corrects: "And then start pouring in the oil." / "Oh, wait, no, first check your
+    owner's manual ..."); the head moves to the line of its part (before its cut's line) it is said on best, by the
+    bar a tail is cut by: SPLIT_MATCH or more, and SPLIT_GAIN better than on the first line."""
+    heads = {}
+    for cut, keep in zip(cuts, kept, strict=True):
+        if keep and (cut.step not in heads or cut.at < heads[cut.step].at):
+            heads[cut.step] = cut
+    moved = {}
+    for step, cut in heads.items():
+        first = steps[step][0]
+        lines = list(range(first, cut.line))
+        if len(lines) < 2:
+            continue
+        head = sentence(steps[step][2][:cut.at])
+        vectors = embed([head, *(texts[n - 1] for n in lines)])
+        similarity = (vectors[:1] @ vectors[1:].T)[0]
+        best = int(similarity.argmax())
+        if best and similarity[best] >= SPLIT_MATCH and similarity[best] - similarity[0] >= SPLIT_GAIN:
+            moved[step] = lines[best]
+    return moved
+
+
+def apply_cuts(steps: Sequence[tuple[int, int, str]], cuts: Sequence[Cut], kept: Sequence[bool],
+               heads: dict[int, int] | None = None) -> list[tuple[int, int, str]]:
     """`steps` with the `cuts` (find_cuts' list) that are `kept` made: each part of a step's text, between two
     cuts made, is a step from its cut's line to the line before the next part's (within the step's lines; the
-    last part to the step's last line, or its own line alone)."""
+    last part to the step's last line, or its own line alone). A cut step's head starts on the line `heads` gives
+    for it (head_lines), where it gives one."""
     made: dict[int, list[Cut]] = {}
     for cut, keep in zip(cuts, kept, strict=True):
         if keep:
@@ -133,7 +164,7 @@ def apply_cuts(steps: Sequence[tuple[int, int, str]], cuts: Sequence[Cut], kept:
     out = []
     for i, (first, last, text) in enumerate(steps):
         parts = sorted(made.get(i, []), key=lambda cut: cut.at)
-        starts = [first, *(cut.line for cut in parts)]
+        starts = [(heads or {}).get(i, first) if parts else first, *(cut.line for cut in parts)]
         bounds = [0, *(cut.resume for cut in parts)], [*(cut.at for cut in parts), len(text)]
         for k, (lo, hi) in enumerate(zip(*bounds, strict=True)):
             end = max(starts[k], last if k == len(parts) else min(last, starts[k + 1] - 1))

@@ -52,6 +52,13 @@ true step's line; at 0.35 it read one (a tie-dye step's "Lay it flat, pinch the 
 the saved outputs of sets 4, 8, 9 and 19-25 it drops one preview step and one recap step more, and no step on a
 true step's line (twenty-seventh pass).
 
+A clause that opens on a condition ("once it's dry", "when that's cool") says when a step is done, not a step, yet
+it can name one: blind set 38's drywall line "Once it's dry, sand it smooth ... and wipe off the dust." named three
+steps done before it ("let that dry", a sanding, "wipe the dust off"), with two after it, and its step was moved off
+its line as a recap's. With `conditions_name_nothing` (vi extract-steps --skip-conditions) such a clause names no
+step. On the truths of the spent sets 1-39 it changes nothing (108 of 1,103 intro and outro lines read as previews
+or recaps either way, 2 of 2,609 true steps' first lines); blind set 40 decides it (thirty-eighth pass).
+
 Everything here is a pure function of texts and an embedder passed in, so it is tested with fakes.
 """
 
@@ -71,6 +78,10 @@ LISTED_WORDS = 2  # one-word clauses a line needs for its single words to be rea
 RUN_ON_WORDS = 8  # a clause this long may be a list run together without commas: its words are read as windows
 WINDOW_WORDS = (2, 4)  # the fewest and most consecutive words a window of a run-together list holds
 WINDOW_MATCH = 0.5  # cosine a window needs with the step it is nearest to, to name it
+# A clause that opens on when or whether ("once it's dry", "when that's cool", "if it squeaks") says when a step is
+# done, not a step: a list's items are actions. Words a clause may open with before it are fillers ("so once").
+CONDITION = re.compile(r"^(?:(?:so|okay|ok|alright|right|now|and|then|but|just)\s+)*"
+                       r"(?:once|when|whenever|after|as soon as|until|till|while|if|before)\b")
 CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
@@ -109,13 +120,13 @@ def steps_named(matches: Sequence[Sequence[bool]]) -> int:
 
 
 def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
-                 embed: Callable[[list[str]], object]) -> str | None:
+                 embed: Callable[[list[str]], object], conditions_name_nothing: bool = False) -> str | None:
     """"preview", "recap" or None for `line`, given the lines said on the steps that start `before` it and
     `after` it (each step's lines as one text, in order); `embed(texts)` gives unit-length vectors. A clause
     of two words or more names a step by the embedder, a single word by the step's own words (word_names)."""
     sides = [(kind, named, other) for kind, named, other in (("preview", after, before), ("recap", before, after))
              if len(named) >= SUMMARY_STEPS and len(other) <= EDGE_STEPS]
-    parts = clauses(line)
+    parts = [part for part in clauses(line) if not (conditions_name_nothing and CONDITION.match(part))]
     run_on = any(len(part.split()) >= RUN_ON_WORDS for part in parts)
     if not sides or (len(parts) < SUMMARY_STEPS and not run_on):
         return None
@@ -184,7 +195,7 @@ def window_steps(words: Sequence[str], steps: Sequence[str], skip: int, embed: C
 
 
 def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embed: Callable[[list[str]], object],
-                   repairs: list[str], names) -> list[tuple[int, int, str]]:
+                   repairs: list[str], names, conditions_name_nothing: bool = False) -> list[tuple[int, int, str]]:
     """`steps` (first line, last line, text; 1-based line numbers into `lines`, in order) less those said on a
     preview or a recap: a step whose first line is one is dropped, or starts on its next line where that line
     is no other step's; each is listed in `repairs`."""
@@ -193,7 +204,7 @@ def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embe
     for first in sorted({first for first, _, _ in steps}):
         before = [text for (a, _, _), text in zip(steps, said) if a < first]
         after = [text for (a, _, _), text in zip(steps, said) if a > first]
-        kinds[first] = summary_kind(lines[first - 1], before, after, embed)
+        kinds[first] = summary_kind(lines[first - 1], before, after, embed, conditions_name_nothing)
     kept = []
     for k, (first, last, text) in enumerate(steps):
         kind = kinds[first]

@@ -163,3 +163,18 @@ def test_a_clause_under_the_bar_names_the_step_it_is_nearest_to():
     assert summary_kind(recap, done, [], near) == "recap"
     assert summary_kind(recap, done[::-1], [], near) is None  # out of order
     assert summary_kind(recap, done, [], embedder(step_summaries.NEAREST_MATCH - 0.02)) is None
+
+
+def test_an_action_given_with_its_precondition_is_no_recap_when_conditions_name_nothing():
+    """Blind set 38's drywall: late in the procedure, "once it's dry, sand it ... and wipe off the dust" is three
+    clauses naming three steps said before it in order (let it dry, sand, wipe), with two steps after: read as a
+    recap. Its first clause says when the step is done, not a step; read so, the line names two steps."""
+    done = ["Let the compound dry.", "Sand the patch smooth with a sponge.", "Wipe the dust off the wall with a cloth."]
+    ahead = ["Prime the patch.", "Paint the wall."]
+    line = "Once it's dry, sand the patch again with the sponge and wipe the dust off."
+    assert summary_kind(line, done, ahead, words_embedder) == "recap"
+    assert summary_kind(line, done, ahead, words_embedder, conditions_name_nothing=True) is None
+    # a recap stays one when a condition opens it: its other clauses still name three steps
+    recap = "So once that was done, we let the compound dry, sand the patch and wipe the dust off the wall."
+    assert summary_kind(recap, done, [], words_embedder, conditions_name_nothing=True) == "recap"
+    assert step_summaries.CONDITION.match("so when that's cool") and not step_summaries.CONDITION.match("sand it")
