@@ -273,20 +273,13 @@ class ExtractConfig(LLMConfig):
         "With --drop-previews, a clause that opens on a condition (\"once it's dry\", \"when that's cool\", \"if it "
         "squeaks\") names no step: it says when a step is done, and an action given with its precondition after a "
         "repeated action read as a recap (blind set 38's drywall: \"Once it's dry, sand it smooth ... and wipe off "
-        "the dust.\"). Off by default until measured on a blind set (evaluation/showhowto/RESULTS.md)."))
-    run_on_needs_speaker: bool = option(False, help=(  # step_summaries.speaks_of_plan says why
-        "With --drop-previews, a line is read as a list run together without commas (windows of words) only where "
-        "it speaks of the plan or of what was done: a first-person word (we, I, us, my, let's...), \"today\" or "
-        "\"recap\", or \"so\" as its first word. A step phrased as one long instruction names the task's objects, "
-        "and its windows name the steps about them (blind set 40's clean clip: \"Squeeze both halves into a "
-        "microwave safe bowl with a cup of water.\" read as a preview and dropped). Off by default until measured "
-        "on a blind set (evaluation/showhowto/RESULTS.md)."))
+        "the dust.\"). Off: blind set 40, aimed at it, read no step so either way (evaluation/showhowto/RESULTS.md)."))
     reground_heads: bool = option(False, help=(  # step_splits.head_lines says why
         "With --split-steps, the head of a step that is cut starts on the line of its part it is said on best, "
         "where that is clearly better than its first line (the bar a cut is made by): the merged step was placed "
         "on its first line, which can be a false start the next line corrects (blind set 38's engine: \"check "
-        "your owner's manual\" left on \"And then start pouring in the oil.\"). Off by default until measured on "
-        "a blind set (evaluation/showhowto/RESULTS.md)."))
+        "your owner's manual\" left on \"And then start pouring in the oil.\"). Off: blind set 40, aimed at it, had "
+        "no cut made (evaluation/showhowto/RESULTS.md)."))
     text_model: str = option(DEFAULT_TEXT_EMBEDDING, help=(
         "Sentence embedder that places the steps on the lines they are said on (--grounding said): "
         "an alias from `vi models` (minilm-l6, mpnet-base) or a sentence-transformers folder."))
@@ -773,8 +766,6 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               "split_steps": config.split_steps,  # whether merged steps were cut where their clauses are said
               "reground_heads": config.split_steps and config.reground_heads,  # whether a cut's head was placed again
               "skip_conditions": config.drop_previews and config.skip_conditions,  # whether conditions named no step
-              # whether a list run together was read only on a line that speaks of the plan
-              "run_on_needs_speaker": config.drop_previews and config.run_on_needs_speaker,
               } if config.segmentation == "filtered" else {}
     if config.segmentation != "labels":  # the model writes its own steps, up to MAX_STEPS a reply
         method["ask_rest"] = config.ask_rest
@@ -967,8 +958,7 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         if readings is not None:
             kept, remarks = drop_remarks(kept, readings, repairs, plan.names), "scored"
     if config.reads_previews and kept:  # last: a preview is told by the steps that stay
-        kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names, config.skip_conditions,
-                              config.run_on_needs_speaker)
+        kept = drop_summaries(kept, plan.texts, config.embed, repairs, plan.names, config.skip_conditions)
     if cited and not kept:
         raise RecordError("no_steps", f"record {record['id']}: every step the model gave cites only lines "
                           "labelled TALK (a greeting, an aside, an opinion...) or reads as a remark: the video "
@@ -996,7 +986,7 @@ EXTRACT_STEPS = RecordStage(
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
            "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, "
-           "split_steps, reground_heads, skip_conditions, run_on_needs_speaker, ask_rest, rest_after, "
+           "split_steps, reground_heads, skip_conditions, ask_rest, rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "

@@ -82,10 +82,6 @@ WINDOW_MATCH = 0.5  # cosine a window needs with the step it is nearest to, to n
 # done, not a step: a list's items are actions. Words a clause may open with before it are fillers ("so once").
 CONDITION = re.compile(r"^(?:(?:so|okay|ok|alright|right|now|and|then|but|just)\s+)*"
                        r"(?:once|when|whenever|after|as soon as|until|till|while|if|before)\b")
-# Words by which a line speaks of the plan or of what was done ("we'll wake up the yeast...", "so to recap we...");
-# a line with none, phrased as one instruction, is not read as a list run together (run_on_needs_speaker).
-SPEAKER_WORDS = frozenset({"we", "we'll", "we're", "we've", "we'd", "us", "our", "let's", "i", "i'll", "i'm", "i've",
-                           "i'd", "me", "my", "today", "recap"})
 CLAUSE_BREAKS = re.compile(r"[,;:]\s*(?:and\s+)?(?:then\s+)?|\s+and then\s+|\s+then\s+|\s+and\s+")
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
@@ -124,16 +120,14 @@ def steps_named(matches: Sequence[Sequence[bool]]) -> int:
 
 
 def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
-                 embed: Callable[[list[str]], object], conditions_name_nothing: bool = False,
-                 run_on_needs_speaker: bool = False) -> str | None:
+                 embed: Callable[[list[str]], object], conditions_name_nothing: bool = False) -> str | None:
     """"preview", "recap" or None for `line`, given the lines said on the steps that start `before` it and
     `after` it (each step's lines as one text, in order); `embed(texts)` gives unit-length vectors. A clause
     of two words or more names a step by the embedder, a single word by the step's own words (word_names)."""
     sides = [(kind, named, other) for kind, named, other in (("preview", after, before), ("recap", before, after))
              if len(named) >= SUMMARY_STEPS and len(other) <= EDGE_STEPS]
     parts = [part for part in clauses(line) if not (conditions_name_nothing and CONDITION.match(part))]
-    run_on = any(len(part.split()) >= RUN_ON_WORDS for part in parts) and (
-        not run_on_needs_speaker or speaks_of_plan(line))
+    run_on = any(len(part.split()) >= RUN_ON_WORDS for part in parts)
     if not sides or (len(parts) < SUMMARY_STEPS and not run_on):
         return None
     phrases = [part for part in parts if len(part.split()) >= 2]
@@ -150,15 +144,6 @@ def summary_kind(line: str, before: Sequence[str], after: Sequence[str],
         if run_on and window_steps(WORD.findall(line.lower()), everyone, len(other), embed) >= SUMMARY_STEPS:
             return kind
     return None
-
-
-def speaks_of_plan(line: str) -> bool:
-    """Whether `line` says who does the work or when: a first-person word, "today" or "recap" (SPEAKER_WORDS), or
-    "so" as its first word. A list run together is said so ("so we'll melt the wax stick the wick in..."); a step
-    phrased as one instruction that names the task's objects ("Squeeze both halves into a microwave safe bowl with
-    a cup of water.") is not, and its windows name the steps about those objects."""
-    words = WORD.findall(line.lower())
-    return bool(words) and (words[0] == "so" or any(word in SPEAKER_WORDS for word in words))
 
 
 def phrase_names(phrases: Sequence[str], steps: Sequence[str], skip: int,
@@ -210,8 +195,7 @@ def window_steps(words: Sequence[str], steps: Sequence[str], skip: int, embed: C
 
 
 def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embed: Callable[[list[str]], object],
-                   repairs: list[str], names, conditions_name_nothing: bool = False,
-                   run_on_needs_speaker: bool = False) -> list[tuple[int, int, str]]:
+                   repairs: list[str], names, conditions_name_nothing: bool = False) -> list[tuple[int, int, str]]:
     """`steps` (first line, last line, text; 1-based line numbers into `lines`, in order) less those said on a
     preview or a recap: a step whose first line is one is dropped, or starts on its next line where that line
     is no other step's; each is listed in `repairs`."""
@@ -220,8 +204,7 @@ def drop_summaries(steps: list[tuple[int, int, str]], lines: Sequence[str], embe
     for first in sorted({first for first, _, _ in steps}):
         before = [text for (a, _, _), text in zip(steps, said) if a < first]
         after = [text for (a, _, _), text in zip(steps, said) if a > first]
-        kinds[first] = summary_kind(lines[first - 1], before, after, embed, conditions_name_nothing,
-                                    run_on_needs_speaker)
+        kinds[first] = summary_kind(lines[first - 1], before, after, embed, conditions_name_nothing)
     kept = []
     for k, (first, last, text) in enumerate(steps):
         kind = kinds[first]

@@ -851,8 +851,7 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
         "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None,
-        "read_fold_targets": None, "split_steps": None, "reground_heads": None, "skip_conditions": None,
-        "run_on_needs_speaker": None}
+        "read_fold_targets": None, "split_steps": None, "reground_heads": None, "skip_conditions": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])

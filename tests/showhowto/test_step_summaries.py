@@ -179,15 +179,3 @@ def test_an_action_given_with_its_precondition_is_no_recap_when_conditions_name_
     assert summary_kind(recap, done, [], words_embedder, conditions_name_nothing=True) == "recap"
     assert step_summaries.CONDITION.match("so when that's cool") and not step_summaries.CONDITION.match("sand it")
 
-
-def test_a_long_instruction_naming_the_tasks_objects_is_no_run_on_preview_when_a_list_needs_a_speaker():
-    """Blind set 40's clean clip: one long instruction with no comma names the objects of the next steps (the
-    halves, the microwave, the bowl), so read as windows of words it names three steps after it in order. A list
-    run together is said by someone of a plan ("we'll ...", "so to recap we ..."); an instruction is not."""
-    ahead = ["Drop the lemon halves into the water.", "Microwave the bowl on high.", "Wipe the water off with a cloth."]
-    line = "Squeeze both lemon halves into a microwave safe bowl with water"
-    assert summary_kind(line, [], ahead, words_embedder) == "preview"
-    assert summary_kind(line, [], ahead, words_embedder, run_on_needs_speaker=True) is None
-    plan = "so we'll drop the lemon halves in microwave the bowl and wipe the water off"
-    assert summary_kind(plan, [], ahead, words_embedder, run_on_needs_speaker=True) == "preview"
-    assert step_summaries.speaks_of_plan("So quick recap") and not step_summaries.speaks_of_plan("Also, so it goes")
