@@ -26,7 +26,8 @@ The LLM's reading of the tail as an action against a detail of the step before d
 
 A cut step's head keeps the step's first line, where grounding placed the whole merged step; that line can be a
 false start the next line corrects (blind set 38's engine). head_lines (vi extract-steps --reground-heads) moves the
-head to the line of its part it is said on, by the bar a cut is made by; blind set 40 decides it.
+head to the line of its part it is said on, by the bar a cut is made by. Off by default: blind set 40, aimed at
+it, had no cut made (thirty-eighth pass).
 
 Pure functions of similarities and labels: tested with small fakes, without a model.
 """

@@ -178,4 +178,3 @@ def test_an_action_given_with_its_precondition_is_no_recap_when_conditions_name_
     recap = "So once that was done, we let the compound dry, sand the patch and wipe the dust off the wall."
     assert summary_kind(recap, done, [], words_embedder, conditions_name_nothing=True) == "recap"
     assert step_summaries.CONDITION.match("so when that's cool") and not step_summaries.CONDITION.match("sand it")
-
