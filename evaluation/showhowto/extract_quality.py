@@ -275,7 +275,7 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
 # out keep the stage's defaults
 STAGE_OPTIONS = ("talk_probe", "start_probe", "drop_remarks", "drop_previews", "opening", "closing", "after_talk",
                  "after_more", "ask_rest", "rest_after", "read_listed_talk", "read_requests", "read_folds",
-                 "read_fold_targets", "split_steps", "reground_heads", "skip_conditions")
+                 "marked_steps", "read_fold_targets", "split_steps", "reground_heads", "skip_conditions")
 
 
 def add_stage_options(parser: argparse.ArgumentParser, names: Sequence[str] = STAGE_OPTIONS) -> None:

@@ -71,7 +71,7 @@ from vi.pipelines.showhowto.narration_labels import Rereading, label_lines, read
 from vi.pipelines.showhowto.narration_probe import load_line_probe, with_probes
 from vi.pipelines.showhowto.step_citations import (COPY_SHARE, SegmentNames, cited_steps, copied_steps,
                                                    copied_talk_lines, copies_talk, drop_talk, fold_copies,
-                                                   line_number)
+                                                   line_number, opens_a_step)
 from vi.pipelines.showhowto.step_grounding import ground_steps
 from vi.pipelines.showhowto.step_remarks import (REMARK_MARGIN, detail_scores, drop_remarks, instruction_scores,
                                                   step_readings)
@@ -258,6 +258,14 @@ class ExtractConfig(LLMConfig):
         "On by default since blind set 37, where it found 79 of 98 true steps by line against 74, with 87 of 89 "
         "steps on a true step's line against 81 of 83; on the six hand-written transcripts 26 of 29 against 25, "
         "with 32 of 33 on a true step's line against 28 of 29 (evaluation/showhowto/RESULTS.md)."))
+    marked_steps: bool = option(False, help=(  # marked_actions says why
+        "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
+        "would be folded into the step before, a copied line that opens on a word that orders steps (\"now\", "
+        "\"next\", \"then\", \"first\", \"after that\", past fillers and a correction) or on a condition clause "
+        "(\"once it's dry,\") stays a step of its own, unless the talk probe reads it as talk. The 1.5B label pass "
+        "reads such a line as going on with the step before (blind set 40: \"Then wipe the joints down with a damp "
+        "sponge.\", \"Oh, no, sorry, first fill in around the sides\" folded away); on the spent truths 88% of "
+        "the lines so opened are a true step's first line, against 42% of all lines."))
     read_fold_targets: bool = option(False, help=(  # talk_targets says why
         "With --segmentation filtered, where the model listed the narration and its copies of lines labelled MORE "
         "would be folded into the step before, each step they would be folded into is first read by the talk "
@@ -762,6 +770,7 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
+              "marked_steps": config.marked_steps,  # whether copies opening as a step's first line were kept
               "read_fold_targets": config.read_fold_targets,  # whether the steps copies go into were read first
               "split_steps": config.split_steps,  # whether merged steps were cut where their clauses are said
               "reground_heads": config.split_steps and config.reground_heads,  # whether a cut's head was placed again
@@ -839,10 +848,30 @@ def fold_readings(plan: RecordPlan, config: ExtractConfig, steps: list, labels: 
     `talk`. The copies the fold would fold, and the steps it would fold them into, are found by the fold
     itself: a run whose notes are thrown away."""
     folded: list[tuple[int, str]] = []
-    if config.read_folds or config.read_fold_targets:
+    if config.read_folds or config.read_fold_targets or config.marked_steps:
         fold_copies(steps, labels, plan.texts, [], plan.names, folded=folded)
-    return {"keep": own_actions(plan, config, [n for n, _ in folded], notes),
+    lines = [n for n, _ in folded]
+    marked = marked_actions(plan, config, lines, notes)
+    return {"keep": marked | own_actions(plan, config, [n for n in lines if n not in marked], notes),
             "talk": talk_targets(plan, config, [text for _, text in folded], notes)}
+
+
+def marked_actions(plan: RecordPlan, config: ExtractConfig, lines: list[int], notes: list[str]) -> frozenset[int]:
+    """With --marked-steps, the lines labelled MORE whose copies the fold would fold (`lines`) that open on a word
+    that orders steps or on a condition clause (step_citations.STEP_OPENING) and that the talk probe does not read
+    as talk (log-odds below 0): fold_copies keeps them as steps. The label pass reads "then ...", "once it's dry,
+    ..." and a correction's "oh, no, first ..." as going on with the step before, and --read-folds' reading of a
+    copy as an action against a detail of that step shares the LLM's lean (blind set 40's tile: "Then wipe the
+    joints down with a damp sponge." and "Now load up the float ..." folded all the same). The opening word is a
+    reading the LLM has no part in; the probe keeps "Now, I know what you're thinking" a fold."""
+    opened = [n for n in lines if opens_a_step(plan.texts[n - 1])] if config.marked_steps else []
+    if not opened:
+        return frozenset()
+    said = config.probe_readings([plan.texts[n - 1] for n in opened], ("talk",))["talk"][0]
+    kept = [(n, odds) for n, odds in zip(opened, said, strict=True) if odds < 0.0]
+    notes += [f"{plan.names(n)}: labelled MORE and copied as a step, but opens as a step's first line does and "
+              f"does not read as talk (talk probe log-odds {odds:+.1f}): not folded" for n, odds in kept]
+    return frozenset(n for n, _ in kept)
 
 
 def own_actions(plan: RecordPlan, config: ExtractConfig, lines: list[int], notes: list[str]) -> frozenset[int]:
@@ -985,8 +1014,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, read_fold_targets, "
-           "split_steps, reground_heads, skip_conditions, ask_rest, rest_after, "
+           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, marked_steps, "
+           "read_fold_targets, split_steps, reground_heads, skip_conditions, ask_rest, rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "
            "each step's "

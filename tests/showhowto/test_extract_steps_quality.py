@@ -770,6 +770,46 @@ def test_read_folds_folds_every_copy_where_the_backend_scores_no_text(monkeypatc
     assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [7, 7]]
 
 
+GROUT = spoken("grout", "Regrouting tile", [
+    "hey everyone welcome back", "put painter's tape along the edge of the tub",
+    "then wipe the joints down with a damp sponge", "about two passes is plenty", "my dog keeps wandering in here",
+    "mix the grout with water in a bucket", "now I know what you're thinking, this is a lot of work",
+    "once it's dry, buff off the haze with a clean cloth"])
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_listed_narration_keeps_copies_that_open_as_a_step_does_as_steps_with_marked_steps(marked, monkeypatch):
+    """Blind set 40's tile: the model listed the narration, and the 1.5B label pass read "then wipe the joints
+    down ..." and "once it's dry, ..." as going on with the step before, so their copies were folded away. With
+    --marked-steps a copy labelled MORE that opens on a word that orders steps or on a condition clause stays a
+    step unless the talk probe reads it as talk (the packaged one on the embedded MiniLM): "now I know what you're
+    thinking" opens like a step and is still folded, and so is a detail with no such opening."""
+    labels = ["TALK", "STEP", "MORE", "MORE", "TALK", "STEP", "MORE", "MORE"]
+    use_llm(CopyingLLM(labels), monkeypatch)  # a server: nothing is scored, so --read-folds reads nothing
+    config = es.ExtractConfig(llm="smollm2-135m", grounding="cited", read_folds=False, split_steps=False,
+                              drop_previews=False, marked_steps=marked)
+    steps = es.extract(GROUT, config)["steps"]
+    assert steps["marked_steps"] is marked
+    if not marked:  # the mechanism matters: without it the wiping goes into the taping, the buffing into the mix
+        assert [s["lines"] for s in steps["items"]] == [[1, 1], [5, 5]], steps["repairs"]
+        return
+    assert [s["lines"] for s in steps["items"]] == [[1, 1], [2, 2], [5, 5], [7, 7]], steps["repairs"]
+    kept = [r for r in steps["repairs"] if "opens as a step's first line" in r]
+    assert [r.split(":")[0] for r in kept] == ["segment 2", "segment 7"]
+    assert any("(segment 6) copies a line labelled MORE" in r for r in steps["repairs"])  # talk to the probe
+    assert any("(segment 3) copies a line labelled MORE" in r for r in steps["repairs"])  # no such opening
+
+
+def test_a_line_opens_as_a_step_on_an_ordering_word_or_a_condition_clause_past_fillers():
+    from vi.pipelines.showhowto.step_citations import opens_a_step
+
+    assert all(map(opens_a_step, ["Then wipe the joints.", "and then rinse again", "Now load up the float",
+                                  "Next, the lid.", "Oh, no, sorry, first fill in the sides",
+                                  "Once it's dried about an hour, wipe it again", "when that's cool, slice it"]))
+    assert not any(map(opens_a_step, ["While that dries, quick story", "Nowhere near done", "Thenceforth",
+                                      "once it's dry it's done", "eight ounces of noodles"]))
+
+
 CORKS = spoken("corks", "Cork trivet", [
     "hey everyone welcome back to the workshop", "cut each cork in half lengthwise",
     "glue a ring of them around the edge", "this glue gun cost me five dollars and it still works great",
@@ -851,7 +891,8 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
         "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None,
-        "read_fold_targets": None, "split_steps": None, "reground_heads": None, "skip_conditions": None}
+        "marked_steps": None, "read_fold_targets": None, "split_steps": None, "reground_heads": None,
+        "skip_conditions": None}
     helps = {action.dest: action.help for action in parser._actions}
     field = {f.name: f for f in dataclasses.fields(es.ExtractConfig)}["after_more"]
     assert helps["after_more"].endswith(field.metadata["help"])
