@@ -274,7 +274,8 @@ def evaluate(llm: str, records: list[dict], with_cooker: bool = True, after_filt
 # vi extract-steps' options a run can set (each a flag here, its help and spelling the stage's own); those left
 # out keep the stage's defaults
 STAGE_OPTIONS = ("talk_probe", "start_probe", "drop_remarks", "drop_previews", "opening", "closing", "after_talk",
-                 "after_more", "ask_rest", "rest_after", "read_listed_talk", "read_requests", "read_folds",
+                 "after_more", "ask_rest", "rest_after", "read_listed_talk", "read_requests", "requests_name_the_page",
+                 "read_folds",
                  "marked_steps", "read_fold_targets", "split_steps", "reground_heads", "skip_conditions")
 
 

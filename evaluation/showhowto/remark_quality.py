@@ -1,14 +1,16 @@
 """`vi extract-steps --drop-remarks` on written step lists whose lines are known actions or remarks.
 
     python -m vi.evaluation.showhowto.remark_quality --data evaluation/showhowto/heldout/remark_texts_33.jsonl
-                                                     [--llm qwen2.5-coder-1.5b] [--no-read-requests] [--save F]
+                                                     [--llm qwen2.5-coder-1.5b] [--no-read-requests]
+                                                     [--requests-name-the-page] [--save F]
 
 Each line of the data is one video: {"id", "title", "texts": [{"text", "kind": "action" | "remark", "form"}]},
 one line of a written step list each. Every video's texts are read as the stage reads the steps it wrote
 (step_remarks.step_readings, the video's title in the requests), and a text is dropped as the stage would drop it
 (more than REMARK_MARGIN nats likelier as a remark, or with --read-requests as a request to the viewers, than as
-an action; the stage's default). Printed: how many of each kind and form are dropped; an action dropped is a
-true step lost, a remark kept is a stray step written.
+an action; the stage's default; with --requests-name-the-page only a text naming the page is read as a request).
+Printed: how many of each kind and form are dropped; an action dropped is a true step lost, a remark kept is a
+stray step written.
 """
 
 from __future__ import annotations
@@ -35,18 +37,19 @@ def read_texts(path: Path) -> list[dict]:
     return videos
 
 
-def read_videos(llm, videos: list[dict], requests: bool) -> list[dict]:
+def read_videos(llm, videos: list[dict], requests: bool, page_words: bool = False) -> list[dict]:
     """Each text with its reading (score in nats, the request it was read against) and whether it is dropped."""
     from vi.pipelines.showhowto.step_remarks import REMARK_MARGIN, step_readings
 
     rows = []
     for video in videos:
         texts = [t["text"] for t in video["texts"]]
-        readings = step_readings(llm, video["title"], texts, requests)
+        readings = step_readings(llm, video["title"], texts, requests, page_words)
         if readings is None:
             raise SystemExit("this LLM's backend scores no text (a server): --drop-remarks keeps every step there")
-        rows += [{"video": video["id"], **t, "score": score, "against": against, "dropped": score < -REMARK_MARGIN}
-                 for t, (score, against) in zip(video["texts"], readings, strict=True)]
+        rows += [{"video": video["id"], **t, "score": r.score, "against": r.against,
+                  "unnamed_request": r.unnamed_request, "dropped": r.score < -REMARK_MARGIN}
+                 for t, r in zip(video["texts"], readings, strict=True)]
     return rows
 
 
@@ -68,16 +71,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="a texts file (heldout/remark_texts_N.jsonl)")
     parser.add_argument("--llm", default=DEFAULT_LLM, help=f"an embedded LLM alias or .gguf (default: {DEFAULT_LLM})")
-    add_stage_options(parser, ("read_requests",))  # the stage's own flag, help and default
+    add_stage_options(parser, ("read_requests", "requests_name_the_page"))  # the stage's own flag, help and default
     parser.add_argument("--save", type=Path, help="write every text's reading to this JSONL file")
     args = parser.parse_args(argv)
     videos = read_texts(args.data)
-    named = {} if args.read_requests is None else {"read_requests": args.read_requests}  # else the stage's default
+    named = {name: getattr(args, name) for name in ("read_requests", "requests_name_the_page")
+             if getattr(args, name) is not None}  # else the stage's default
     config = ExtractConfig(llm=args.llm, **named)
-    rows = read_videos(config.load_llm(), videos, config.read_requests)
+    rows = read_videos(config.load_llm(), videos, config.read_requests, config.requests_name_the_page)
     if args.save:
         args.save.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if config.read_requests else 'no-'}read-requests")
+    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if config.read_requests else 'no-'}read-requests "
+          f"--{'' if config.requests_name_the_page else 'no-'}requests-name-the-page")
     print(report(rows))
 
 

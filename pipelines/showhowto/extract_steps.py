@@ -230,6 +230,13 @@ class ExtractConfig(LLMConfig):
         "\"Let me know in the comments how often you reseal yours\"). On by default since blind set 33, where "
         "it dropped 34 of 51 closing remarks (22 without) and none of 90 actions "
         "(evaluation/showhowto/RESULTS.md)."))
+    requests_name_the_page: bool = option(False, help=(  # step_remarks.py says why
+        "With --read-requests, a step is read against the request to the viewers only where its text names "
+        "something the request is done on or with (comment, like, subscribe, share, tag, follow, the channel, "
+        "the video, a link, the description, the bell, below, \"let me know\", \"tell me\", \"send me\"); any "
+        "other step is read against a remark alone. The 1.5B model reads a brief action that names no object "
+        "of the task as a request (blind set 43's \"Repeat that about five times.\", dropped). Off until "
+        "measured (evaluation/showhowto/RESULTS.md)."))
     read_listed_talk: bool = option(False, help=(  # listed_talk says why
         "With --segmentation filtered, a chunk's steps are taken as the narration listed line by line (and a "
         "step copying a line labelled MORE is folded into the step before) only where a copied line labelled "
@@ -769,6 +776,8 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
     previews = "dropped" if config.drop_previews else "kept"
     method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
               "read_requests": config.read_requests and remarks == "scored",  # false where nothing was scored
+              # whether a step naming nothing of the page was kept from the request reading
+              "requests_name_the_page": config.read_requests and config.requests_name_the_page and remarks == "scored",
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first
@@ -985,7 +994,8 @@ def filtered_steps(record: dict, config: ExtractConfig, plan: RecordPlan) -> dic
         kept = split_merged(plan, config, kept, by_line, repairs)
     remarks = None
     if config.drop_remarks and kept:
-        readings = step_readings(plan.llm, plan.title, [text for _, _, text in kept], config.read_requests)
+        readings = step_readings(plan.llm, plan.title, [text for _, _, text in kept], config.read_requests,
+                                 config.requests_name_the_page)
         if readings is not None:
             kept, remarks = drop_remarks(kept, readings, repairs, plan.names), "scored"
     if config.reads_previews and kept:  # last: a preview is told by the steps that stay
@@ -1016,7 +1026,8 @@ EXTRACT_STEPS = RecordStage(
           "[cyan]instructional[/cyan] when present (a record vi filter-instructional labelled "
           "false is a not_instructional error record, at no model cost).",
     writes="[cyan]steps[/cyan] = {title, items: [{text, start, end, lines}], model, segmentation, "
-           "grounding, remarks, previews, read_requests, read_listed_talk, read_folds, marked_steps, "
+           "grounding, remarks, previews, read_requests, requests_name_the_page, read_listed_talk, read_folds, "
+           "marked_steps, "
            "read_fold_targets, split_steps, reground_heads, skip_conditions, ask_rest, rest_after, "
            "talk_probe, "
            "start_probe, opening_probe, opening, closing, after_talk, after_more, chunks, repairs, line_labels}: "

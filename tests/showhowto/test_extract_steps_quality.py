@@ -649,6 +649,49 @@ def test_a_call_to_the_viewers_is_dropped_as_a_request_with_read_requests(read, 
         "request), dropped") for r in steps["repairs"])
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_a_brief_action_naming_nothing_of_the_page_is_not_read_as_a_request_with_requests_name_the_page(
+        named, monkeypatch):
+    """Blind set 43's "Repeat that about five times.": a brief action naming no object of the task read as a
+    request to the viewers, and --read-requests dropped a true step. With --requests-name-the-page only a text that
+    names something of the video's page or channel is read against the request: the call to the viewers is still
+    dropped, the brief action is read against a remark alone and kept, its repair saying so."""
+    record = TRANSCRIPTS["bike_tyre"]
+    call, brief = "Don't forget to subscribe to the channel.", "Repeat that about five times."
+
+    def steps_for(lines):
+        steps = own_words(record)
+        steps[-1] = steps[-1] | {"text": brief}  # the last true step, written as a narrator says it
+        return steps + [{"first_line": len(lines), "last_line": len(lines), "text": call}]
+
+    labels = truth_labels(record)[:-1] + ["MORE"]
+    use_llm(RequestScoringLLM(labels, steps_for, {call, brief}), monkeypatch)
+    config = es.ExtractConfig(llm="smollm2-135m", grounding="cited", requests_name_the_page=named)
+    steps = es.extract(record, config)["steps"]
+    texts = [s["text"] for s in steps["items"]]
+    assert steps["read_requests"] is True and steps["requests_name_the_page"] is named
+    assert call not in texts  # names the channel: read as a request either way
+    if not named:  # the mechanism matters: read against the request, the true step is lost
+        assert brief not in texts
+        return
+    assert texts[-1] == brief
+    assert any(r.startswith(f"step {brief!r}: segments ") and r.endswith(
+        "reads as a request to the viewers (-10.0 nats as an action) but names nothing of the video's page or "
+        "channel: read against a remark alone (+5.0), kept") for r in steps["repairs"])
+
+
+def test_request_words_are_what_a_request_to_the_viewers_names():
+    """The gate's words, on texts written for this test: calls to the viewers open it, brief actions do not."""
+    from vi.pipelines.showhowto.step_remarks import names_the_page
+
+    calls = ["Hit the bell so you don't miss the next one.", "Let me know how yours turned out.",
+             "Send me a photo of your finished shelf.", "Links to everything are in the description.",
+             "Give this a thumbs-up if it helped.", "Follow along on Instagram for more."]
+    actions = ["Repeat that about five times.", "Do the same on the other side.", "Tune it up to pitch.",
+               "Line it up again and drive the screws in.", "Give it a good shake."]
+    assert all(names_the_page(t) for t in calls) and not any(names_the_page(t) for t in actions)
+
+
 def test_read_requests_claims_nothing_where_the_backend_scores_no_text(monkeypatch):
     """A server scores no text: no step is read, and the record says so (remarks null, read_requests false)."""
     record = TRANSCRIPTS["bike_tyre"]
@@ -890,7 +933,8 @@ def test_the_quality_scripts_stage_flags_are_the_stages_own_options():
     assert {name: getattr(args, name) for name in eq.STAGE_OPTIONS} == {
         "talk_probe": None, "start_probe": None, "drop_remarks": False, "drop_previews": None,
         "opening": "first-line", "closing": None, "after_talk": None, "after_more": True, "ask_rest": None,
-        "rest_after": None, "read_listed_talk": None, "read_requests": None, "read_folds": None,
+        "rest_after": None, "read_listed_talk": None, "read_requests": None, "requests_name_the_page": None,
+        "read_folds": None,
         "marked_steps": None, "read_fold_targets": None, "split_steps": None, "reground_heads": None,
         "skip_conditions": None}
     helps = {action.dest: action.help for action in parser._actions}

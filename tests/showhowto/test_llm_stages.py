@@ -349,9 +349,9 @@ def test_the_default_model_reads_calls_to_the_viewers_as_requests_written_for_th
     llm = load_llm(LLMSettings(DEFAULT_LLM, n_ctx=1024, threads=2))
     remark_only = step_readings(llm, "How to Replace a Bike Chain", actions + calls)
     both = step_readings(llm, "How to Replace a Bike Chain", actions + calls, requests=True)
-    assert min(score for score, _ in both[:4]) > -REMARK_MARGIN, both
-    assert all(score < -REMARK_MARGIN and against == "request" for score, against in both[4:]), both
-    assert any(score >= -REMARK_MARGIN for score, _ in remark_only[4:]), remark_only  # the mechanism matters
+    assert min(r.score for r in both[:4]) > -REMARK_MARGIN, both
+    assert all(r.score < -REMARK_MARGIN and r.against == "request" for r in both[4:]), both
+    assert any(r.score >= -REMARK_MARGIN for r in remark_only[4:]), remark_only  # the mechanism matters
 
 
 def test_the_default_model_reads_brief_actions_apart_from_details_of_the_step_before_written_for_this_test():
