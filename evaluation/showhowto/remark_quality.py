@@ -25,6 +25,7 @@ from vi.core.models.catalog import DEFAULT_LLM
 from vi.evaluation.showhowto.extract_quality import add_stage_options
 
 CLOSING = ("cta", "invitation", "signoff")  # the remark forms a video's closing words take
+STAGE_FLAGS = ("read_requests", "requests_name_the_page")  # the stage's options that change how texts are read
 
 
 def read_texts(path: Path) -> list[dict]:
@@ -71,18 +72,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="a texts file (heldout/remark_texts_N.jsonl)")
     parser.add_argument("--llm", default=DEFAULT_LLM, help=f"an embedded LLM alias or .gguf (default: {DEFAULT_LLM})")
-    add_stage_options(parser, ("read_requests", "requests_name_the_page"))  # the stage's own flag, help and default
+    add_stage_options(parser, STAGE_FLAGS)  # the stage's own flags, help and defaults
     parser.add_argument("--save", type=Path, help="write every text's reading to this JSONL file")
     args = parser.parse_args(argv)
     videos = read_texts(args.data)
-    named = {name: getattr(args, name) for name in ("read_requests", "requests_name_the_page")
-             if getattr(args, name) is not None}  # else the stage's default
+    named = {name: getattr(args, name) for name in STAGE_FLAGS if getattr(args, name) is not None}  # else default
     config = ExtractConfig(llm=args.llm, **named)
     rows = read_videos(config.load_llm(), videos, config.read_requests, config.requests_name_the_page)
     if args.save:
         args.save.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"{args.llm}, {args.data.name}, --drop-remarks --{'' if config.read_requests else 'no-'}read-requests "
-          f"--{'' if config.requests_name_the_page else 'no-'}requests-name-the-page")
+    flags = " ".join(f"--{'' if getattr(config, name) else 'no-'}{name.replace('_', '-')}" for name in STAGE_FLAGS)
+    print(f"{args.llm}, {args.data.name}, --drop-remarks {flags}")
     print(report(rows))
 
 

@@ -775,10 +775,10 @@ def steps_output(record: dict, config: ExtractConfig, plan: RecordPlan, titles: 
             line_labels[plan.indices[line - 1]] = mark["label"]
         extra["line_labels"] = line_labels
     previews = "dropped" if config.drop_previews else "kept"
-    method = {"grounding": config.grounding, "remarks": remarks, "previews": previews,
-              "read_requests": config.read_requests and remarks == "scored",  # false where nothing was scored
-              # whether a step naming nothing of the page was kept from the request reading
-              "requests_name_the_page": config.read_requests and config.requests_name_the_page and remarks == "scored",
+    read_requests = config.read_requests and remarks == "scored"  # false where nothing was scored
+    method = {"grounding": config.grounding, "remarks": remarks, "previews": previews, "read_requests": read_requests,
+              # whether only steps naming the video's page or channel were read against the request
+              "requests_name_the_page": read_requests and config.requests_name_the_page,
               # whether a copied talk line was read before the copies were folded (a server scores nothing)
               "read_listed_talk": config.read_listed_talk and gives_likelihoods(plan.llm),
               "read_folds": config.read_folds and gives_likelihoods(plan.llm),  # whether the copies were read first

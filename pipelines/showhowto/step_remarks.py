@@ -34,7 +34,7 @@ On the spent material 2,748 of 2,884 true steps name none (the rest mostly "like
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import NamedTuple
 
@@ -93,7 +93,7 @@ def step_readings(llm: ChatBackend, title: str, texts: Sequence[str], requests: 
 
 
 def readings_against(llm: ChatBackend, title: str, texts: Sequence[str], others: Sequence[str],
-                     request_gate=None) -> list[Reading] | None:
+                     request_gate: Callable[[str], bool] | None = None) -> list[Reading] | None:
     """For each text, its Reading against the likeliest of the `others` requests (HYPOTHESES' names); where
     `request_gate(text)` is false, the request to the viewers is passed over. None where the backend does not
     score text."""
