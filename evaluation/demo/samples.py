@@ -166,10 +166,23 @@ HOWTO_SAMPLES: dict[str, tuple[str, tuple[tuple[str, str | None, bool], ...]]] =
 }
 
 
+# Narrated videos that show no task, for what a dataset build must turn away (`vi filter-instructional
+# --drop`). Same layout as HOWTO_SAMPLES, no steps; kept apart from it, as STEPDIFF_SAMPLES is.
+OTHER_SAMPLES: dict[str, tuple[str, tuple[tuple[str, str | None, bool], ...]]] = {
+    "seaside_vlog": ("Our weekend at the seaside", (
+        ("Hi everyone, welcome back to my channel.", None, False),
+        ("This weekend my sister and I took the train to the seaside.", None, False),
+        ("The weather was lovely and the beach was really busy.", None, False),
+        ("We had ice cream on the pier and watched the boats come in.", None, False),
+        ("Thanks for watching, and see you next week.", None, False),
+    )),
+}
+
+
 def make_howto_sample(out_dir: Path, name: str) -> Path:
     """OUTDIR/NAME.mp4 and its truth NAME.json: sentences, and the steps with the interval
     their picture is on screen (`shown`); reused if present."""
-    title, script = {**HOWTO_SAMPLES, **STEPDIFF_SAMPLES}[name]
+    title, script = {**HOWTO_SAMPLES, **STEPDIFF_SAMPLES, **OTHER_SAMPLES}[name]
     video, truth = out_dir / f"{name}.mp4", out_dir / f"{name}.json"
     if video.exists() and truth.exists():
         return video
